@@ -1,0 +1,55 @@
+"""pt2-registry: a registry and packaging format for PyTorch ``torch.export`` programs.
+
+    >>> from registry import bundle_exported_programs, Registry, load
+    >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds})
+    >>> Registry().push("m.pt2b", "team/encoder", aliases=["staging"])
+    >>> model = load("team/encoder@staging", device="cuda:0"); model["encoder"](tokens)
+
+Importing this package does not import torch, SQLAlchemy or boto3.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__", "Registry", "Settings", "Ref", "Manifest", "BundleFile", "build_bundle",
+    "bundle_exported_programs", "ProgramInput", "SampleInput", "load", "errors",
+]
+
+_LAZY = {
+    "Registry": ("registry.client", "Registry"),
+    "Settings": ("registry.config", "Settings"),
+    "Ref": ("registry.refs", "Ref"),
+    "Manifest": ("registry.manifest", "Manifest"),
+    "BundleFile": ("registry.archive.bundle", "BundleFile"),
+    "build_bundle": ("registry.bundler", "build_bundle"),
+    "bundle_exported_programs": ("registry.bundler", "bundle_exported_programs"),
+    "ProgramInput": ("registry.bundler", "ProgramInput"),
+    "SampleInput": ("registry.bundler", "SampleInput"),
+    "load": ("registry.api", "load"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .archive.bundle import BundleFile
+    from .bundler import ProgramInput, SampleInput, build_bundle, bundle_exported_programs
+    from .client import Registry
+    from .config import Settings
+    from .manifest import Manifest
+    from .refs import Ref
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    if name == "errors":
+        import importlib
+
+        return importlib.import_module("registry.errors")
+    raise AttributeError(f"module 'registry' has no attribute {name!r}")

@@ -1,0 +1,219 @@
+"""The `.pt2b` bundle file, format 1.
+
+Layout (a zip; every member stored uncompressed, data 64-byte aligned, fixed timestamps)::
+
+    manifest.json            canonical JSON; sha256 of these bytes is the bundle digest
+    <member paths>           every file listed in manifest["members"], in that (sorted) order
+    build.json               optional, informational: when/who/where it was built (not signed)
+    signatures.json          optional: Ed25519 signatures over the digest
+
+Reading never trusts the zip: structure is validated first (see ``zipsafe``), the manifest is
+validated against the schema, every member must be listed with the right size, and
+``verify()`` checks each member's sha256 while streaming it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator
+
+from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
+                         MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
+from ..digests import canonical_json
+from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
+from ..manifest import Manifest, Member
+from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
+from .zipwrite import DeterministicZipWriter
+
+__all__ = ["BundleFile", "write_bundle", "MemberSource", "ENVELOPE_MEMBERS"]
+
+ENVELOPE_MEMBERS = (BUILD_MEMBER, SIGNATURES_MEMBER)
+
+#: Opens a member's bytes for writing: returns a readable stream positioned at the member.
+MemberSource = Callable[[], IO[bytes]]
+
+
+def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str, MemberSource], *,
+                 build: dict[str, Any] | None = None, signatures: list[dict[str, Any]] | None = None,
+                 progress: Callable[[int], None] | None = None) -> Path:
+    """Write a bundle atomically: a temp file beside ``dest``, fsync, then rename.
+
+    ``sources`` maps each manifest member path to a function opening its bytes. Each member is
+    hashed while it is copied and the write fails (leaving nothing behind) on any mismatch.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            writer = DeterministicZipWriter(out)
+            writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
+            for member in manifest.members:
+                if member.path not in sources:
+                    raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
+                with sources[member.path]() as src:
+                    writer.write_stream(member.path, _Verifying(src, member, progress), member.size)
+            if build:
+                writer.write_bytes(BUILD_MEMBER, canonical_json(build))
+            if signatures:
+                writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
+            writer.close()
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+        return dest
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class _Verifying:
+    """Read-through hashing; raises at EOF when the bytes are not the manifest's."""
+
+    def __init__(self, src: IO[bytes], member: Member, progress: Callable[[int], None] | None):
+        self._src, self._member, self._progress = src, member, progress
+        self._h = hashlib.sha256()
+        self._n = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._src.read(n)
+        self._h.update(data)
+        self._n += len(data)
+        if self._progress and data:
+            self._progress(len(data))
+        if self._n == self._member.size and self._h.hexdigest() != self._member.sha256:
+            raise IntegrityError(f"member {self._member.path!r} does not match its sha256 in the manifest",
+                                 member=self._member.path)
+        return data
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """An opened, structurally validated bundle. Call ``verify()`` before trusting member bytes.
+
+    >>> b = BundleFile.open("model.pt2b"); b.verify(); b.manifest.digest   # doctest: +SKIP
+    """
+
+    path: Path
+    manifest: Manifest
+    entries: dict[str, ZipEntry]
+    build: dict[str, Any] | None
+    signatures: list[dict[str, Any]]
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "BundleFile":
+        path = Path(path)
+        where = str(path)
+        entries = read_entries(path, where=where)
+        if MANIFEST_MEMBER not in entries:
+            raise UnsafeArchiveError(f"{where}: not a pt2 bundle (no manifest.json)",
+                                     hint="create bundles with `pt2reg bundle`")
+        raw = read_entry_bytes(path, entries[MANIFEST_MEMBER], max_size=MAX_MANIFEST_BYTES, where=where)
+        try:
+            manifest = Manifest.from_bytes(raw)
+        except ManifestError as exc:
+            raise ManifestError(f"{where}: {exc.message}", problems=exc.problems) from exc
+        if manifest.canonical != raw:
+            raise ManifestError(f"{where}: manifest.json is not in canonical form",
+                                hint="the bundle was edited by hand; rebuild it with `pt2reg bundle`")
+        listed = {m.path: m for m in manifest.members}
+        for name, entry in entries.items():
+            if name == MANIFEST_MEMBER or name in ENVELOPE_MEMBERS:
+                continue
+            member = listed.get(name)
+            if member is None:
+                raise UnsafeArchiveError(f"{where}: member {name!r} is not listed in the manifest", member=name)
+            if member.size != entry.size:
+                raise IntegrityError(f"{where}: member {name!r} is {entry.size} bytes, the manifest says "
+                                     f"{member.size}", member=name)
+        missing = sorted(set(listed) - set(entries))
+        if missing:
+            raise IntegrityError(f"{where}: member {missing[0]!r} listed in the manifest is missing",
+                                 member=missing[0])
+        build = _envelope(path, entries, BUILD_MEMBER, where)
+        sigs = _envelope(path, entries, SIGNATURES_MEMBER, where)
+        signatures = sigs.get("signatures", []) if isinstance(sigs, dict) else []
+        if not isinstance(signatures, list) or not all(isinstance(s, dict) for s in signatures):
+            raise UnsafeArchiveError(f"{where}: signatures.json is malformed", member=SIGNATURES_MEMBER)
+        return cls(path, manifest, entries, build if isinstance(build, dict) else None, signatures)
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+    def member(self, path: str) -> Member:
+        for m in self.manifest.members:
+            if m.path == path:
+                return m
+        raise IntegrityError(f"{self.path}: no member {path!r}", member=path)
+
+    def open_member(self, path: str) -> IO[bytes]:
+        """Raw stream of a member's stored bytes (unverified)."""
+        return open_entry(self.path, self.entries[path])
+
+    def member_span(self, path: str) -> tuple[int, int]:
+        """(offset, size) of a member's bytes inside the bundle file, for ranged copies."""
+        e = self.entries[path]
+        return e.data_offset, e.size
+
+    def iter_member_chunks(self, path: str) -> Iterator[bytes]:
+        with self.open_member(path) as fp:
+            while True:
+                data = fp.read(CHUNK_SIZE)
+                if not data:
+                    return
+                yield data
+
+    def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
+        h = hashlib.sha256()
+        for chunk in self.iter_member_chunks(member.path):
+            h.update(chunk)
+            if progress:
+                progress(len(chunk))
+        if h.hexdigest() != member.sha256:
+            raise IntegrityError(
+                f"{self.path}: member {member.path!r} is corrupt (sha256 {h.hexdigest()[:12]}..., "
+                f"manifest says {member.sha256[:12]}...)", member=member.path,
+                hint="the file was modified or damaged in transit; fetch it again")
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> None:
+        """Check every member's sha256 against the manifest (streamed, bounded memory)."""
+        for member in self.manifest.members:
+            self.verify_member(member, progress)
+
+    def extract_member(self, path: str, dest: str | os.PathLike) -> Path:
+        """Copy one member to ``dest`` atomically, verifying its sha256 on the way."""
+        member = self.member(path)
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                for chunk in self.iter_member_chunks(path):
+                    h.update(chunk)
+                    out.write(chunk)
+            if h.hexdigest() != member.sha256:
+                raise IntegrityError(f"{self.path}: member {path!r} is corrupt", member=path)
+            os.replace(tmp, dest)
+            return dest
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+def _envelope(path: Path, entries: dict[str, ZipEntry], name: str, where: str) -> Any:
+    entry = entries.get(name)
+    if entry is None:
+        return None
+    data = read_entry_bytes(path, entry, max_size=MAX_ENVELOPE_BYTES, where=where)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UnsafeArchiveError(f"{where}: {name} is not valid JSON", member=name) from exc

@@ -1,0 +1,300 @@
+"""Build `.pt2b` bundles from `.pt2` files or live ExportedPrograms.
+
+Facts come from the serialized graph (``registry.pt2``), never from deserializing the program,
+so a program whose custom op is not registered here still bundles. Only golden samples need the
+program to run, and therefore its ops registered (``--import``).
+
+    >>> result = build_bundle("out.pt2b", [ProgramInput("encoder", "enc.pt2")],
+    ...                       metadata={"owner": "nlp"})                      # doctest: +SKIP
+    >>> result.digest, result.warnings
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .archive.bundle import BundleFile, write_bundle
+from .constants import BUNDLE_FORMAT
+from .digests import sha256_stream
+from .errors import NotFoundError, UsageError
+from .manifest import Manifest
+from .pt2.graph import HARDWARE_DTYPES
+from .pt2.normalize import normalize_pt2
+from .pt2.reader import Pt2Archive, open_pt2
+
+__all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
+           "DEFAULT_RTOL", "DEFAULT_ATOL"]
+
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+_META_KEY = re.compile(r"^[^\s=][^=]{0,255}$")
+
+
+@dataclass(frozen=True)
+class ProgramInput:
+    """One ``NAME=PATH.pt2`` argument. ``name=None`` keeps the archive's own program names."""
+
+    name: str | None
+    path: str | os.PathLike
+    dim_names: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SampleInput:
+    """Golden sample inputs for a program: an INPUTS.pt path or live tensors (tuple or dict)."""
+
+    program: str
+    inputs: Any
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path
+    manifest: Manifest
+    warnings: tuple[str, ...]
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+
+def _check_ident(name: str, what: str) -> str:
+    if not _IDENT.match(name or ""):
+        raise UsageError(f"invalid {what} {name!r}",
+                         hint="use letters, digits, '_', '.', '-', starting with a letter or '_'")
+    return name
+
+
+def _aoti_target(meta: Mapping[str, str]) -> dict[str, Any]:
+    cc = meta.get("AOTI_COMPUTE_CAPABILITY") or None
+    return {
+        "device_key": meta.get("AOTI_DEVICE_KEY", "cpu") or "cpu",
+        "compute_capability": cc,
+        "platform": meta.get("AOTI_PLATFORM") or None,
+        "machine": meta.get("AOTI_MACHINE") or None,
+        "cpu_isa": meta.get("AOTI_CPU_ISA") or None,
+    }
+
+
+def _variant_id(target: Mapping[str, Any]) -> str:
+    key = target["device_key"]
+    if target.get("compute_capability"):
+        return f"aoti-{key}-sm{target['compute_capability']}"
+    return f"aoti-{key}-{target.get('machine') or 'any'}".lower()
+
+
+def _baked_warnings(name: str, prog: Mapping[str, Any]) -> list[str]:
+    out = []
+    for b in prog["baked_devices"]:
+        where = f" at {b['source']}" if b.get("source") else ""
+        code = f" ({b['code']})" if b.get("code") else ""
+        out.append(f"program {name!r}: device {b['device']!r} is baked into {b['op']}{where}{code}; "
+                   f"the loader will move it to the target device")
+    return out
+
+
+class _Builder:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.programs: dict[str, dict[str, Any]] = {}
+        self.members: dict[str, dict[str, Any]] = {}     # path -> member entry
+        self.files: dict[str, Path] = {}                 # path -> local file with its bytes
+        self.by_sha: dict[str, str] = {}                 # sha256 -> member path (dedup)
+        self.normalized: dict[str, tuple[Path, Pt2Archive]] = {}  # program -> portable file
+        self.warnings: list[str] = []
+
+    def add_file(self, path: str, local: Path, role: str) -> str:
+        with open(local, "rb") as f:
+            sha, size = sha256_stream(f)
+        if sha in self.by_sha and self.members[self.by_sha[sha]]["role"] == role:
+            return self.by_sha[sha]
+        if path in self.members:
+            raise UsageError(f"two different files would be stored as {path!r}")
+        self.members[path] = {"path": path, "sha256": sha, "size": size, "role": role}
+        self.files[path] = local
+        self.by_sha[sha] = path
+        return path
+
+    def add_program(self, src: ProgramInput, index: int) -> None:
+        where = os.fspath(src.path)
+        if not os.path.exists(where):
+            raise NotFoundError(f"program file {where} not found", what="file", name=where)
+        archive = open_pt2(where, where=where)
+        norm = self.work / f"p{index}.pt2"
+        normalize_pt2(archive, norm)
+        archive = open_pt2(norm, where=where,
+                           dim_names={p: dict(src.dim_names) for p in archive.programs})
+        if archive.programs:
+            self._add_portable(src, archive, norm, where)
+        else:
+            self._add_aoti(src, archive, norm, where)
+
+    def _add_portable(self, src: ProgramInput, archive: Pt2Archive, norm: Path, where: str) -> None:
+        inner = list(archive.programs)
+        if src.name is not None and len(inner) != 1:
+            raise UsageError(f"{where} holds {len(inner)} programs ({', '.join(inner)}); "
+                             f"pass it without NAME= to bundle them under their own names")
+        for inner_name in inner:
+            name = _check_ident(src.name or inner_name, "program name")
+            if name in self.programs:
+                raise UsageError(f"program {name!r} given twice",
+                                 hint="give an AOTInductor package the same name to add it as a variant")
+            member = self.add_file(f"programs/{name}.pt2", norm, "program")
+            desc = dict(archive.programs[inner_name])
+            for op in desc["required_ops"]:
+                from .torchrt import op_schema
+
+                op["schema"] = op_schema(op["target"])
+            desc["serialization"]["archive_version"] = archive.archive_version
+            desc["variants"] = [{"id": "portable", "kind": "exported_program", "member": member,
+                                 "archive_name": inner_name}]
+            self.programs[name] = desc
+            self.normalized[name] = (norm, archive)
+            self.warnings.extend(_baked_warnings(name, desc))
+
+    def _add_aoti(self, src: ProgramInput, archive: Pt2Archive, norm: Path, where: str) -> None:
+        if src.name is None or src.name not in self.programs:
+            raise UsageError(f"{where} is an AOTInductor package; give it as NAME={where} after the "
+                             f"portable program NAME=PROGRAM.pt2 it was compiled from")
+        prog = self.programs[src.name]
+        for inner_name, info in archive.aoti.items():
+            target = _aoti_target(info["metadata"])
+            vid = _check_ident(_variant_id(target), "variant id")
+            if any(v["id"] == vid for v in prog["variants"]):
+                raise UsageError(f"program {src.name!r} already has a variant for {vid}")
+            member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti")
+            prog["variants"].append({"id": vid, "kind": "aoti", "member": member,
+                                     "archive_name": inner_name, "target": target})
+
+
+def _torch_requirement(programs: Mapping[str, Mapping[str, Any]]) -> str | None:
+    versions = []
+    for p in programs.values():
+        m = re.match(r"^(\d+)\.(\d+)", p["serialization"]["torch_version"])
+        if m:
+            versions.append((int(m.group(1)), int(m.group(2))))
+    return f">={max(versions)[0]}.{max(versions)[1]}" if versions else None
+
+
+def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
+                 samples: Sequence[SampleInput] = (), metadata: Mapping[str, str] | None = None,
+                 rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                 torch_requirement: str | None = None, device_types: Sequence[str] | None = None,
+                 build_info: Mapping[str, Any] | None = None) -> BuildResult:
+    """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically."""
+    if not programs:
+        raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
+    meta = {}
+    for k, v in (metadata or {}).items():
+        if not _META_KEY.match(str(k)):
+            raise UsageError(f"invalid metadata key {k!r}")
+        meta[str(k)] = str(v)
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise UsageError(f"output {out} is a directory")
+    work = Path(tempfile.mkdtemp(prefix="pt2reg-bundle-"))
+    try:
+        b = _Builder(work)
+        for i, src in enumerate(programs):
+            b.add_program(src, i)
+        sample_entries = _build_samples(b, samples, rtol, atol)
+        hw = sorted({d for p in b.programs.values() for d in p["dtypes"]} & HARDWARE_DTYPES)
+        from .torchrt import environment
+
+        raw = {
+            "format": BUNDLE_FORMAT,
+            "kind": "pt2-bundle",
+            "programs": b.programs,
+            "members": sorted(b.members.values(), key=lambda m: m["path"]),
+            "samples": sample_entries,
+            "requirements": {
+                "torch": torch_requirement if torch_requirement is not None else _torch_requirement(b.programs),
+                "device_types": sorted(device_types) if device_types else None,
+                "hardware_dtypes": hw,
+            },
+            "metadata": meta,
+            "environment": environment(),
+        }
+        manifest = Manifest.from_raw(raw)
+        sources = {path: (lambda p=local: open(p, "rb")) for path, local in b.files.items()}
+        write_bundle(out, manifest, sources, build=dict(build_info) if build_info else None)
+        return BuildResult(out, manifest, tuple(b.warnings))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, atol: float) -> list[dict]:
+    if not samples:
+        return []
+    from .samples import run_program, write_sample
+    from .torchrt import load_exported_program, load_inputs_file
+
+    modules: dict[str, Any] = {}
+    entries = []
+    counts: dict[str, int] = {}
+    for s in samples:
+        if s.program not in b.programs:
+            raise UsageError(f"sample for unknown program {s.program!r}; programs: {', '.join(b.programs)}")
+        value = load_inputs_file(s.inputs) if isinstance(s.inputs, (str, os.PathLike)) else s.inputs
+        if s.program not in modules:
+            norm, archive = b.normalized[s.program]
+            inner = b.programs[s.program]["variants"][0]["archive_name"]
+            modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program])
+        program = b.programs[s.program]
+        from .samples import call_arguments
+        from torch.utils._pytree import tree_flatten
+
+        args, kwargs = call_arguments(program, value)
+        flat_inputs, _ = tree_flatten((args, kwargs))
+        outputs = run_program(modules[s.program], program, value)
+        k = counts.get(s.program, 0)
+        counts[s.program] = k + 1
+        local = b.work / f"sample-{s.program}-{k}.safetensors"
+        in_keys, out_keys = write_sample(local, flat_inputs, outputs)
+        member = b.add_file(f"samples/{s.program}.{k}.safetensors", local, "sample")
+        entries.append({"name": f"{s.program}-{k}", "program": s.program, "member": member,
+                        "inputs": in_keys, "outputs": out_keys, "rtol": rtol, "atol": atol})
+    return entries
+
+
+def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any]) -> Any:
+    from .errors import IncompatibleError
+    from .torchrt import load_exported_program, op_schema
+
+    missing = [op["name"] for op in program["required_ops"] if op_schema(op["target"]) is None]
+    if missing:
+        raise IncompatibleError(
+            f"cannot compute golden samples: custom op {missing[0]} is not registered in this process",
+            hint="pass --import MODULE (or --load-library PATH.so) that registers it, or bundle without --sample")
+    return load_exported_program(path, inner).module()
+
+
+def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any], *,
+                             dynamic_shapes: Mapping[str, Any] | None = None,
+                             samples: Mapping[str, Sequence[Any]] | None = None,
+                             metadata: Mapping[str, str] | None = None, **kwargs: Any) -> BuildResult:
+    """Bundle live ``ExportedProgram``s, keeping the user's ``Dim`` names.
+
+    >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds},
+    ...                          samples={"encoder": [(tokens,)]})           # doctest: +SKIP
+    """
+    from .torchrt import dim_names_of, save_exported_program
+
+    work = Path(tempfile.mkdtemp(prefix="pt2reg-eps-"))
+    try:
+        inputs = []
+        for name, ep in programs.items():
+            path = work / f"{_check_ident(name, 'program name')}.pt2"
+            names = dim_names_of(ep, (dynamic_shapes or {}).get(name))
+            save_exported_program(ep, path)
+            inputs.append(ProgramInput(name, path, names))
+        sample_inputs = [SampleInput(p, v) for p, vals in (samples or {}).items() for v in vals]
+        return build_bundle(out, inputs, samples=sample_inputs, metadata=metadata, **kwargs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,58 @@
+"""``pt2reg``: a thin click layer over the Python API.
+
+Commands parse arguments, call one API function and render the result. They never import torch,
+sqlalchemy or boto3 themselves; heavy modules load only inside the commands that need them, so
+``pt2reg --help`` stays fast. Every ``RegistryError`` becomes one line on stderr and its exit
+code (2 usage, 3 not found, 4 incompatible, 5 integrity, 6 conflict, 1 otherwise).
+"""
+from __future__ import annotations
+
+import click
+
+from ._core import RegistryGroup
+
+__all__ = ["main", "cli"]
+
+
+@click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                  "max_content_width": 100})
+@click.option("--home", metavar="DIR", help="Registry home (default $PT2REG_HOME or ~/.pt2reg).")
+@click.option("--db", metavar="URL", help="Metadata database URL (default $PT2REG_DB or SQLite under home).")
+@click.option("--store", metavar="URL", help="Blob store URL: file:///dir or s3://bucket/prefix "
+              "(default $PT2REG_STORE or HOME/store).")
+@click.version_option(package_name="pt2-registry", prog_name="pt2reg")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None) -> None:
+    """pt2reg: package, publish, pull, verify and run torch.export programs.
+
+    \b
+    Typical flow:
+      pt2reg bundle encoder=enc.pt2 decoder=dec.pt2 --sample encoder=x.pt -o model.pt2b
+      pt2reg push model.pt2b --name team/translator --alias staging
+      pt2reg verify team/translator@staging --device cuda:0
+      pt2reg run team/translator@3 --program decoder --inputs in.pt --output out.pt
+
+    Refs: NAME (latest), NAME@7, NAME@prod, NAME@sha256:<hex>.
+    Exit codes: 0 ok, 2 usage, 3 not found, 4 incompatible, 5 integrity/safety, 6 conflict, 1 other.
+    """
+    from ._core import App
+
+    ctx.obj = App(home=home, db=db, store=store)
+
+
+def _register() -> None:
+    from . import bundle_cmds  # noqa: F401  (commands attach themselves to `cli`)
+
+    for mod in ("store_cmds", "runtime_cmds", "audit_cmds", "key_cmds"):
+        try:
+            __import__(f"{__name__}.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{mod}":
+                raise
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="pt2reg")

@@ -1,0 +1,4 @@
+"""``python -m registry.cli`` == ``pt2reg``."""
+from . import main
+
+main()

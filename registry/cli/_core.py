@@ -1,0 +1,98 @@
+"""Shared CLI plumbing: the app context, error translation, JSON output, progress bars."""
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any, Callable, Iterator
+
+import click
+
+from ..errors import RegistryError
+
+__all__ = ["App", "RegistryGroup", "pass_app", "emit_json", "warn", "info", "transfer_progress",
+           "parse_key_values"]
+
+
+class App:
+    """Lazily built API objects for one CLI invocation."""
+
+    def __init__(self, home: str | None, db: str | None, store: str | None) -> None:
+        self._args = (home, db, store)
+
+    @cached_property
+    def settings(self) -> Any:
+        from ..config import Settings
+
+        return Settings.resolve(*self._args)
+
+    @cached_property
+    def registry(self) -> Any:
+        from ..client import Registry
+
+        return Registry(self.settings)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+class RegistryGroup(click.Group):
+    """Turns RegistryError into one stderr line and the contract's exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RegistryError as exc:
+            click.echo(f"error: {exc.one_line()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except BrokenPipeError:
+            ctx.exit(1)
+        except OSError as exc:
+            click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+            ctx.exit(1)
+
+
+def emit_json(value: Any) -> None:
+    """The one JSON document a ``--json`` command prints on stdout."""
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def info(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@contextmanager
+def transfer_progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on a terminal for large transfers; nothing otherwise."""
+    if not enabled or total < 8 * 1024 * 1024 or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+    from rich.console import Console
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def parse_key_values(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
+        out[key] = val
+    return out

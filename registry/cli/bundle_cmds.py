@@ -1,0 +1,98 @@
+"""``pt2reg bundle`` and ``pt2reg inspect``."""
+from __future__ import annotations
+
+import click
+
+from . import cli
+from ._core import App, emit_json, parse_key_values, pass_app, warn
+
+__all__ = ["bundle", "inspect"]
+
+
+def _program_arg(text: str) -> tuple[str | None, str]:
+    name, sep, path = text.partition("=")
+    if sep and name and "/" not in name and not name.endswith(".pt2"):
+        return name, path
+    return None, text
+
+
+@cli.command()
+@click.argument("programs", nargs=-1, required=True, metavar="PROGRAM...")
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+              help="Bundle file to write (.pt2b). Written atomically.")
+@click.option("--sample", "samples", multiple=True, metavar="NAME=INPUTS.pt",
+              help="Golden sample inputs for program NAME (a torch.save'd tuple of tensors); "
+                   "outputs are computed now and stored with the inputs (repeatable).")
+@click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free-form metadata (repeatable).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance for samples (default 1e-4).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance for samples (default 1e-5).")
+@click.option("--torch-requirement", metavar="SPEC",
+              help="Runtime torch requirement (PEP 440, e.g. '>=2.10,<3'); default: >= the exporting torch's major.minor.")
+@click.option("--device-type", "device_types", multiple=True, metavar="TYPE",
+              help="Restrict the device types the bundle supports (cpu, cuda, ...; repeatable).")
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import a module that registers custom ops (needed only to compute samples).")
+@click.option("--load-library", "libraries", multiple=True, metavar="PATH.so",
+              help="Load a compiled custom-op library (needed only to compute samples).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...],
+           rtol: float | None, atol: float | None, torch_requirement: str | None,
+           device_types: tuple[str, ...], imports: tuple[str, ...], libraries: tuple[str, ...],
+           as_json: bool) -> None:
+    """Package .pt2 programs into one immutable, content-addressed bundle.
+
+    \b
+    PROGRAM is PATH.pt2 (named "model", or the archive's own names) or NAME=PATH.pt2.
+    Give an AOTInductor package under the same NAME as its portable program to add it as a
+    target-specific variant:  encoder=enc.pt2 encoder=enc_cpu_aoti.pt2
+
+    Signatures, Dim ranges, custom ops and baked devices are read from the serialized graph, so
+    custom ops need not be importable here (except to compute --sample outputs).
+    """
+    from ..bundler import DEFAULT_ATOL, DEFAULT_RTOL, ProgramInput, SampleInput, build_bundle
+    from ..client import build_info
+
+    inputs = [ProgramInput(*_program_arg(p)) for p in programs]
+    sample_inputs = []
+    for s in samples:
+        name, sep, path = s.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"expected NAME=INPUTS.pt, got {s!r}", param_hint="--sample")
+        sample_inputs.append(SampleInput(name, path))
+    if imports or libraries:
+        from ..torchrt import import_modules, load_libraries
+
+        load_libraries(libraries)
+        import_modules(imports)
+    result = build_bundle(out, inputs, samples=sample_inputs, metadata=parse_key_values(meta, "--meta"),
+                          rtol=DEFAULT_RTOL if rtol is None else rtol,
+                          atol=DEFAULT_ATOL if atol is None else atol,
+                          torch_requirement=torch_requirement, device_types=device_types or None,
+                          build_info=build_info())
+    if as_json:
+        emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
+                   "size": result.path.stat().st_size})
+        return
+    for w in result.warnings:
+        warn(w)
+    click.echo(f"{result.path} {result.digest}")
+
+
+@cli.command()
+@click.argument("target", metavar="BUNDLE|REF")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def inspect(app: App, target: str, as_json: bool) -> None:
+    """Show a bundle's programs, signatures with Dim ranges, required ops and warnings.
+
+    A local bundle file is verified member by member (exit 5 on any mismatch); a REF is read
+    from the registry's metadata without downloading blobs.
+    """
+    from ..inspection import inspect_target
+    from .render import print_bundle
+
+    view = inspect_target(target, lambda: app.registry)
+    if as_json:
+        emit_json(view)
+    else:
+        print_bundle(view)

@@ -1,0 +1,233 @@
+"""Registry commands: push, pull, list, show, alias, deprecate, yank, gc, db."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from . import cli
+from ._core import App, emit_json, info, pass_app, transfer_progress, warn
+from .render import console, esc, format_size
+
+__all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db"]
+
+
+def version_json(v: Any) -> dict[str, Any]:
+    return {
+        "name": v.name, "version": v.number, "digest": v.digest, "size": v.size,
+        "status": v.status, "status_reason": v.status_reason,
+        "created_at": str(v.created_at), "created_by": v.created_by,
+        "aliases": sorted(v.aliases or []), "metadata": dict(v.metadata or {}),
+    }
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--name", required=True, help="Model name (lowercase; team/model allowed).")
+@click.option("--alias", "aliases", multiple=True, metavar="A", help="Point alias A at the new version (repeatable).")
+@click.option("--parent", "parents", multiple=True, metavar="REF", help="A model version this one derives from (repeatable).")
+@click.option("--dataset", "datasets", multiple=True, metavar="URI[@sha256:HEX]", help="A dataset it was trained on (repeatable).")
+@click.option("--run-id", metavar="ID", help="Training run id.")
+@click.option("--git-commit", metavar="SHA", help="Code commit (default: HEAD of the current git repo, if any).")
+@click.option("--code-uri", metavar="URI", help="Where the training code lives.")
+@click.option("--sign", "sign_key", metavar="KEYFILE", type=click.Path(dir_okay=False),
+              help="Sign the bundle digest with this Ed25519 private key (from `pt2reg key generate`).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tuple[str, ...],
+         datasets: tuple[str, ...], run_id: str | None, git_commit: str | None, code_uri: str | None,
+         sign_key: str | None, as_json: bool) -> None:
+    """Publish a bundle as the next version of NAME (prints NAME@N sha256:HEX).
+
+    Blobs are uploaded first; the version, its aliases, lineage and audit event are then
+    recorded in one transaction, so an interrupted push never leaves a half-published version.
+    Pushing identical content again returns the existing version.
+    """
+    import os
+
+    from ..publishing import publish
+
+    size = os.path.getsize(bundle) if os.path.exists(bundle) else 0
+    with transfer_progress(size, f"push {name}", enabled=not as_json) as progress:
+        result = publish(app.registry, bundle, name, aliases=aliases, parents=parents, datasets=datasets,
+                         run_id=run_id, git_commit=git_commit, code_uri=code_uri, sign_key=sign_key,
+                         progress=progress)
+    v = result.version
+    if as_json:
+        emit_json({**version_json(v), "created": result.created, "uploaded_bytes": result.uploaded_bytes,
+                   "skipped_bytes": result.skipped_bytes, "warnings": list(result.warnings)})
+        return
+    for w in result.warnings:
+        info(w)
+    click.echo(f"{v.name}@{v.number} {v.digest}")
+
+
+@cli.command()
+@click.argument("ref")
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+              help="Bundle file to write (atomically; nothing is left behind on failure).")
+@click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB",
+              help="Refuse unless signed by one of these public keys (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def pull(app: App, ref: str, out: str, pubkeys: tuple[str, ...], as_json: bool) -> None:
+    """Fetch a version (NAME, NAME@N, NAME@ALIAS, NAME@sha256:HEX) and rebuild its bundle file.
+
+    Every blob is verified against its sha256; cached blobs are reused.
+    """
+    reg = app.registry
+    version = reg.resolve(ref)
+    with transfer_progress(version.size, f"pull {version.name}@{version.number}", enabled=not as_json) as progress:
+        result = reg.pull(ref, out, progress=progress, require_signature=pubkeys)
+    if as_json:
+        emit_json({**version_json(result.version), "path": str(result.path), "warnings": list(result.warnings)})
+        return
+    for w in result.warnings:
+        warn(w)
+    click.echo(f"{result.path} {result.version.name}@{result.version.number} {result.version.digest}")
+
+
+@cli.command("list")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def list_cmd(app: App, name: str | None, as_json: bool) -> None:
+    """List models, or the versions of NAME."""
+    from rich.table import Table
+
+    reg = app.registry
+    if name is None:
+        models = reg.list_models()
+        if as_json:
+            emit_json({"models": [{"name": m.name, "versions": m.version_count, "latest": m.latest,
+                                   "aliases": dict(m.aliases or {})} for m in models]})
+            return
+        table = Table("model", "versions", "latest", "aliases", box=None, header_style="bold")
+        for m in models:
+            table.add_row(esc(m.name), str(m.version_count), str(m.latest or "-"),
+                          esc(", ".join(f"{a}->{n}" for a, n in sorted((m.aliases or {}).items()))))
+        console().print(table)
+        return
+    versions = reg.list_versions(name)
+    if as_json:
+        emit_json({"name": name, "versions": [version_json(v) for v in versions]})
+        return
+    table = Table("version", "digest", "size", "status", "aliases", "created", "by", box=None,
+                  header_style="bold")
+    for v in versions:
+        status = v.status if v.status == "active" else f"{v.status}: {v.status_reason}"
+        table.add_row(str(v.number), v.digest[:19], format_size(v.size), esc(status),
+                      esc(", ".join(sorted(v.aliases or []))), str(v.created_at)[:19], esc(v.created_by))
+    console().print(table)
+
+
+@cli.command()
+@click.argument("ref")
+@click.option("--at", "at", metavar="ISO8601", help="For NAME@ALIAS: what the alias pointed to at that time.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
+    """Show one version: digest, status, aliases, metadata, lineage summary."""
+    reg = app.registry
+    v = reg.show(ref, at=at)
+    data = version_json(v)
+    if as_json:
+        emit_json(data)
+        return
+    out = console()
+    out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {v.digest}")
+    out.print(f"status: {esc(v.status + (': ' + v.status_reason if v.status_reason else ''))}")
+    out.print(f"size: {format_size(v.size)}   created: {v.created_at} by {esc(v.created_by)}")
+    if data["aliases"]:
+        out.print("aliases: " + esc(", ".join(data["aliases"])))
+    for k, val in sorted(data["metadata"].items()):
+        out.print(f"  {esc(k)} = {esc(val)}")
+
+
+@cli.group()
+def alias() -> None:
+    """Move or remove aliases (mutable, audited pointers such as prod or staging)."""
+
+
+@alias.command("set")
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS")
+@click.argument("ref", metavar="REF")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def alias_set(app: App, name: str, alias_name: str, ref: str, as_json: bool) -> None:
+    """Point NAME@ALIAS at REF (a version number, alias or digest of NAME)."""
+    v = app.registry.set_alias(name, alias_name, ref)
+    if as_json:
+        emit_json({"name": name, "alias": alias_name, "version": v.number, "digest": v.digest})
+        return
+    click.echo(f"{name}@{alias_name} -> {name}@{v.number} {v.digest}")
+
+
+@alias.command("rm")
+@click.argument("name")
+@click.argument("alias_name", metavar="ALIAS")
+@pass_app
+def alias_rm(app: App, name: str, alias_name: str) -> None:
+    """Remove alias ALIAS of NAME."""
+    app.registry.remove_alias(name, alias_name)
+    click.echo(f"removed {name}@{alias_name}")
+
+
+def _status_command(status: str, help_text: str) -> Any:
+    @click.argument("ref")
+    @click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the audit trail).")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+    @pass_app
+    def command(app: App, ref: str, reason: str, as_json: bool) -> None:
+        v = app.registry.set_status(ref, status, reason)
+        if as_json:
+            emit_json(version_json(v))
+            return
+        click.echo(f"{v.name}@{v.number} {status}: {reason}")
+
+    command.__doc__ = help_text
+    return command
+
+
+deprecate = cli.command("deprecate")(_status_command(
+    "deprecated", "Mark a version deprecated (still resolvable; pulls warn)."))
+yank = cli.command("yank")(_status_command(
+    "yanked", "Yank a version: NAME (latest) skips it; a pinned ref still works and warns."))
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Only report what would be deleted.")
+@click.option("--grace", "grace", type=float, default=0.0, metavar="SECONDS", show_default=True,
+              help="Keep unreferenced blobs younger than this.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def gc(app: App, dry_run: bool, grace: float, as_json: bool) -> None:
+    """Reclaim blobs that no version references (e.g. from an interrupted push).
+
+    Blobs claimed by a push still in progress (its process alive, or heartbeating from another
+    host) are never deleted.
+    """
+    result = app.registry.gc(dry_run=dry_run, grace_seconds=grace)
+    if as_json:
+        emit_json({"dry_run": dry_run, "deleted": [{"digest": d, "size": s} for d, s in result.deleted],
+                   "reclaimed_bytes": result.reclaimed_bytes, "kept_in_flight": result.kept_claimed})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {len(result.deleted)} blob(s), {format_size(result.reclaimed_bytes)}"
+               + (f"; kept {result.kept_claimed} claimed by pushes in progress" if result.kept_claimed else ""))
+
+
+@cli.group()
+def db() -> None:
+    """Metadata database maintenance."""
+
+
+@db.command("upgrade")
+@pass_app
+def db_upgrade(app: App) -> None:
+    """Migrate the metadata database to the latest schema (Alembic)."""
+    from ..store import upgrade_database
+
+    before, after = upgrade_database(app.settings.db_url)
+    click.echo(f"database at {after}" + (f" (was {before or 'empty'})" if before != after else " (already current)"))

@@ -1,0 +1,294 @@
+"""The registry service: publish, resolve, pull, lifecycle and gc over a metadata store and a
+blob store. The CLI and training/inference code call this; it never hands out sessions.
+
+    >>> reg = Registry(Settings.resolve())                                   # doctest: +SKIP
+    >>> result = reg.push("model.pt2b", "team/bert", aliases=["staging"])
+    >>> src = reg.materialize("team/bert@staging")        # verified files in the local cache
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .archive.bundle import BundleFile, write_bundle
+from .config import Settings, actor, hostname
+from .digests import digest_of_bytes
+from .errors import IntegrityError, NotFoundError, UsageError
+from .manifest import Manifest
+from .refs import Ref, validate_alias, validate_name
+from .sources import BlobCache, MaterializedBundle
+
+__all__ = ["Registry", "PushResult", "PullResult", "GcResult", "build_info"]
+
+Progress = Callable[[int], None]
+_HEARTBEAT_SECONDS = 10.0
+
+
+def build_info() -> dict[str, Any]:
+    """Who/when/where a bundle was built: informational, outside the bundle's identity."""
+    from . import __version__
+
+    return {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_by": actor(), "host": hostname(), "tool": f"pt2-registry {__version__}"}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    version: Any          # store.records.VersionRecord
+    created: bool
+    uploaded_bytes: int
+    skipped_bytes: int
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.version.name}@{self.version.number}"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    path: Path
+    version: Any
+    source: MaterializedBundle
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GcResult:
+    deleted: list[tuple[str, int]] = field(default_factory=list)
+    kept_claimed: int = 0
+    dry_run: bool = False
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return sum(size for _, size in self.deleted)
+
+
+class _Heartbeat:
+    """Keeps a pending-push claim alive while a long upload runs."""
+
+    def __init__(self, meta: Any, pending_id: int) -> None:
+        self._meta, self._id = meta, pending_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(_HEARTBEAT_SECONDS):
+            try:
+                self._meta.heartbeat_pending(self._id)
+            except Exception:  # a missed heartbeat only shortens the claim; never kill the upload
+                pass
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class Registry:
+    """One registry: metadata (SQLite/PostgreSQL) + blobs (directory/S3) + the local cache."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.resolve()
+
+    # -- wiring ---------------------------------------------------------------------------
+    @cached_property
+    def meta(self) -> Any:
+        from .store import open_metadata_store
+
+        return open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
+
+    @cached_property
+    def blobs(self) -> Any:
+        from .blobs import open_blob_store
+
+        return open_blob_store(self.settings.store_url)
+
+    @cached_property
+    def cache(self) -> BlobCache:
+        return BlobCache(self.settings.cache_dir)
+
+    # -- publish --------------------------------------------------------------------------
+    def push(self, bundle_path: str | os.PathLike, name: str, *, aliases: Sequence[str] = (),
+             lineage: Sequence[dict[str, Any]] = (), signatures: Sequence[dict[str, Any]] = (),
+             environment: dict[str, Any] | None = None, progress: Progress | None = None) -> PushResult:
+        """Upload every blob, then record the version, aliases, lineage and audit in one transaction."""
+        validate_name(name)
+        for a in aliases:
+            validate_alias(a)
+        bundle = BundleFile.open(bundle_path)
+        manifest = bundle.manifest
+        sigs = [*bundle.signatures, *signatures]
+        members = manifest.members
+        blobs = self.blobs
+        local = getattr(blobs, "verifies_on_put", type(blobs).__name__.startswith("Local"))
+        uploaded = skipped = 0
+        pending = self.meta.begin_pending([m.digest for m in members], host=hostname(), pid=os.getpid())
+        try:
+            with _Heartbeat(self.meta, pending):
+                for m in members:
+                    if blobs.exists(m.digest):
+                        skipped += m.size
+                        if progress:
+                            progress(m.size)
+                        continue
+                    if not local:
+                        bundle.verify_member(m)  # S3 multipart cannot hash in order: hash first
+                    offset, size = bundle.member_span(m.path)
+                    blobs.put_file(bundle.path, m.digest, offset=offset, length=size, progress=progress)
+                    uploaded += m.size
+                blobs.put_bytes(manifest.canonical, manifest.digest)
+                version, created = self.meta.publish(
+                    name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
+                    [(m.digest, m.size) for m in members] + [(manifest.digest, len(manifest.canonical))],
+                    aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
+                    lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
+                    environment=environment)
+        finally:
+            self.meta.end_pending(pending)
+        warnings = () if created else (f"identical content is already {version.name}@{version.number}; "
+                                       f"no new version was created",)
+        return PushResult(version, created, uploaded, skipped, warnings)
+
+    # -- resolve and pull -----------------------------------------------------------------
+    def resolve(self, ref: str | Ref) -> Any:
+        return self.meta.resolve(ref if isinstance(ref, Ref) else Ref.parse(ref))
+
+    def _cached_pinned(self, ref: Ref) -> MaterializedBundle | None:
+        """A digest-pinned ref whose manifest and blobs are all cached: no DB, no store."""
+        if ref.digest is None or not self.cache.has(ref.digest):
+            return None
+        data = self.cache.path(ref.digest).read_bytes()
+        if digest_of_bytes(data) != ref.digest:
+            return None
+        manifest = Manifest.from_bytes(data)
+        files = {}
+        for m in manifest.members:
+            if not self.cache.has(m.digest):
+                return None
+            files[m.path] = self.cache.path(m.digest)
+        return MaterializedBundle(manifest, files, [], label=str(ref), name=ref.name)
+
+    def materialize(self, ref: str | Ref, *, progress: Progress | None = None,
+                    record: str | None = "pull") -> MaterializedBundle:
+        """Resolve ``ref`` and make every member a verified file in the local cache."""
+        parsed = ref if isinstance(ref, Ref) else Ref.parse(ref)
+        cached = self._cached_pinned(parsed)
+        if cached is not None:
+            return cached
+        version = self.meta.resolve(parsed)
+        manifest = Manifest.from_bytes(version.manifest_json.encode("utf-8"))
+        if manifest.digest != version.digest:
+            raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
+                                 f"its digest {version.digest}", hint="the metadata database was altered")
+        files = {}
+        for m in manifest.members:
+            path = self.cache.path(m.digest)
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.blobs.get_file(m.digest, path, progress=progress)
+                os.chmod(path, 0o444)
+            elif progress:
+                progress(m.size)
+            files[m.path] = path
+        if not self.cache.has(manifest.digest):
+            import io
+
+            self.cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
+        sigs = self.meta.signatures(version.name, version.number)
+        if record:
+            self.meta.record_event(record, actor=actor(), host=hostname(), model=version.name,
+                                   number=version.number, digest=version.digest, ref=str(parsed))
+        return MaterializedBundle(manifest, files, [s if isinstance(s, dict) else s.to_json() for s in sigs],
+                                  label=f"{version.name}@{version.number}", name=version.name,
+                                  version=version.number)
+
+    def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None) -> PullResult:
+        """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way."""
+        parsed = Ref.parse(ref)
+        version = self.meta.resolve(parsed)
+        src = self.materialize(parsed, progress=progress)
+        build = self.meta.build_info(version.name, version.number) if hasattr(self.meta, "build_info") else None
+        sources = {path: (lambda p=p: open(p, "rb")) for path, p in src.files.items()}
+        write_bundle(out, src.manifest, sources, build=build, signatures=src.signatures or None)
+        warnings = []
+        if version.status == "yanked":
+            warnings.append(f"{version.name}@{version.number} is yanked: {version.status_reason}")
+        elif version.status == "deprecated":
+            warnings.append(f"{version.name}@{version.number} is deprecated: {version.status_reason}")
+        return PullResult(Path(out), version, src, tuple(warnings))
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def list_models(self) -> list[Any]:
+        return self.meta.list_models()
+
+    def list_versions(self, name: str) -> list[Any]:
+        return self.meta.list_versions(validate_name(name))
+
+    def set_alias(self, name: str, alias: str, ref: str) -> Any:
+        validate_alias(alias)
+        target = self.meta.resolve(Ref.parse(ref if "@" in ref or ref.startswith(name) else f"{name}@{ref}"))
+        if target.name != name:
+            raise UsageError(f"alias {alias!r} of {name!r} cannot point at {target.name}@{target.number}")
+        return self.meta.set_alias(name, alias, target.number, actor=actor(), host=hostname())
+
+    def remove_alias(self, name: str, alias: str) -> None:
+        self.meta.remove_alias(validate_name(name), alias, actor=actor(), host=hostname())
+
+    def set_status(self, ref: str, status: str, reason: str) -> Any:
+        if not reason.strip():
+            raise UsageError("a reason is required", hint="pass --reason TEXT")
+        version = self.meta.resolve(Ref.parse(ref))
+        return self.meta.set_status(version.name, version.number, status, reason,
+                                    actor=actor(), host=hostname())
+
+    # -- garbage collection ---------------------------------------------------------------
+    def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:
+        """Delete blobs no version references and no live push has claimed."""
+        listed = list(self.blobs.list())
+        referenced = self.meta.referenced_blobs()
+        claims = self.meta.pending_claims()
+        protected = set()
+        for claim in claims:
+            if _claim_alive(claim):
+                protected.update(claim.blobs)
+        now = time.time()
+        deleted, kept = [], 0
+        for blob in listed:
+            if blob.digest in referenced:
+                continue
+            if blob.digest in protected or now - blob.mtime < grace_seconds:
+                kept += 1
+                continue
+            deleted.append((blob.digest, blob.size))
+        if not dry_run:
+            for digest, size in deleted:
+                self.blobs.delete(digest)
+                self.meta.record_event("gc.delete", actor=actor(), host=hostname(), digest=digest,
+                                       details={"size": size})
+        return GcResult(deleted, kept, dry_run)
+
+
+def _claim_alive(claim: Any) -> bool:
+    """A pending push is alive if its process runs here, or it heartbeated recently elsewhere."""
+    if claim.host == hostname():
+        try:
+            os.kill(int(claim.pid), 0)
+            return True
+        except (ProcessLookupError, ValueError):
+            return False
+        except PermissionError:
+            return True
+    beat = claim.heartbeat_at
+    if isinstance(beat, str):
+        beat = datetime.fromisoformat(beat.replace("Z", "+00:00"))
+    return (datetime.now(timezone.utc) - beat).total_seconds() < 6 * _HEARTBEAT_SECONDS

@@ -1,0 +1,40 @@
+"""Environment variables, defaults and hard limits, in one place."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "DEFAULT_HOME",
+    "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER",
+    "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
+    "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "CHUNK_SIZE", "default_home",
+]
+
+ENV_HOME = "PT2REG_HOME"
+ENV_DB = "PT2REG_DB"
+ENV_STORE = "PT2REG_STORE"
+ENV_ACTOR = "PT2REG_ACTOR"
+DEFAULT_HOME = "~/.pt2reg"
+
+#: Version of the bundle format this code writes and the highest it reads.
+BUNDLE_FORMAT = 1
+#: Fixed member names of a .pt2b. Only manifest.json is part of the bundle's identity.
+MANIFEST_MEMBER = "manifest.json"
+BUILD_MEMBER = "build.json"
+SIGNATURES_MEMBER = "signatures.json"
+
+# Hostile-input limits: decided before anything is read in full.
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MAX_ENVELOPE_BYTES = 1024 * 1024
+MAX_MEMBERS = 100_000
+MAX_MEMBER_BYTES = 1 << 40  # 1 TiB
+MAX_GRAPH_JSON_BYTES = 512 * 1024 * 1024
+MAX_JSON_DEPTH = 64
+
+#: Streaming buffer for hashing and copying.
+CHUNK_SIZE = 1024 * 1024
+
+
+def default_home() -> Path:
+    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME).expanduser()

@@ -1,0 +1,214 @@
+"""The bundle manifest: validation against ``schema/manifest.schema.json`` and typed views.
+
+Two stages, like pypa/packaging: raw JSON -> ``Manifest.from_raw`` which reports every problem
+at once (schema errors plus cross-field checks) -> a frozen object. The digest of a bundle is
+``sha256:`` of ``canonical_json(manifest.raw)``.
+
+    >>> m = Manifest.from_raw(json.loads(data))          # doctest: +SKIP
+    >>> m.digest, list(m.programs)
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .constants import BUNDLE_FORMAT
+from .digests import canonical_json, digest_of_bytes
+from .errors import ManifestError, UnsupportedFormatError
+
+__all__ = ["Manifest", "ProgramSpec", "Member", "Sample", "Variant", "load_schema", "validate_raw"]
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict[str, Any]:
+    """The manifest JSON Schema shipped with the package (``schema/`` in the repository)."""
+    try:
+        text = resources.files("registry._schema").joinpath("manifest.schema.json").read_text("utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        text = (Path(__file__).resolve().parent.parent / "schema" / "manifest.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    import jsonschema
+
+    schema = load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _path_of(err: Any) -> str:
+    return "/".join(str(p) for p in err.absolute_path) or "(root)"
+
+
+def validate_raw(raw: Any) -> list[str]:
+    """Every problem with a raw manifest, as human-readable strings (empty when valid)."""
+    if not isinstance(raw, dict):
+        return ["manifest is not a JSON object"]
+    fmt = raw.get("format")
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > BUNDLE_FORMAT:
+        raise UnsupportedFormatError(
+            f"bundle format {fmt} is newer than this pt2-registry understands (format {BUNDLE_FORMAT})",
+            hint="upgrade pt2-registry to read it")
+    problems = sorted(f"{_path_of(e)}: {e.message}" for e in _validator().iter_errors(raw))
+    if problems:
+        return problems
+    members = {m["path"]: m for m in raw["members"]}
+    if len(members) != len(raw["members"]):
+        problems.append("members: duplicate paths")
+    if [m["path"] for m in raw["members"]] != sorted(members):
+        problems.append("members: not sorted by path")
+    for name, prog in raw["programs"].items():
+        ids = [v["id"] for v in prog["variants"]]
+        if len(set(ids)) != len(ids):
+            problems.append(f"programs/{name}/variants: duplicate variant ids")
+        for v in prog["variants"]:
+            role = "program" if v["kind"] == "exported_program" else "aoti"
+            m = members.get(v["member"])
+            if m is None:
+                problems.append(f"programs/{name}: variant {v['id']!r} member {v['member']!r} is not listed")
+            elif m["role"] != role:
+                problems.append(f"programs/{name}: member {v['member']!r} has role {m['role']!r}, expected {role!r}")
+    names = set()
+    for s in raw["samples"]:
+        if s["name"] in names:
+            problems.append(f"samples: duplicate sample name {s['name']!r}")
+        names.add(s["name"])
+        if s["program"] not in raw["programs"]:
+            problems.append(f"samples/{s['name']}: unknown program {s['program']!r}")
+        if s["member"] not in members or members[s["member"]]["role"] != "sample":
+            problems.append(f"samples/{s['name']}: member {s['member']!r} is not a listed sample")
+    return problems
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str
+    sha256: str
+    size: int
+    role: str
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.sha256
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    kind: str               # "exported_program" | "aoti"
+    member: str
+    archive_name: str
+    target: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    program: str
+    member: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    name: str
+    raw: Mapping[str, Any]
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        return tuple(Variant(v["id"], v["kind"], v["member"], v["archive_name"],
+                             MappingProxyType(dict(v.get("target") or {})))
+                     for v in self.raw["variants"])
+
+    @property
+    def portable(self) -> Variant | None:
+        return next((v for v in self.variants if v.kind == "exported_program"), None)
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return self.raw["inputs"]
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return self.raw["outputs"]
+
+    @property
+    def required_ops(self) -> list[dict[str, Any]]:
+        return self.raw["required_ops"]
+
+    @property
+    def baked_devices(self) -> list[dict[str, Any]]:
+        return self.raw["baked_devices"]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated manifest. ``raw`` is a private deep copy: mutate nothing you get from it."""
+
+    raw: Mapping[str, Any]
+    canonical: bytes
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> "Manifest":
+        problems = validate_raw(raw)
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ManifestError(f"invalid manifest: {problems[0]}{more}", problems=problems)
+        raw = copy.deepcopy(raw)
+        return cls(raw=raw, canonical=canonical_json(raw))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Manifest":
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ManifestError(f"manifest.json is not valid JSON ({exc})") from exc
+        return cls.from_raw(raw)
+
+    @property
+    def digest(self) -> str:
+        return digest_of_bytes(self.canonical)
+
+    @property
+    def programs(self) -> dict[str, ProgramSpec]:
+        return {name: ProgramSpec(name, prog) for name, prog in self.raw["programs"].items()}
+
+    @property
+    def members(self) -> list[Member]:
+        return [Member(m["path"], m["sha256"], m["size"], m["role"]) for m in self.raw["members"]]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [Sample(s["name"], s["program"], s["member"], tuple(s["inputs"]), tuple(s["outputs"]),
+                       float(s["rtol"]), float(s["atol"])) for s in self.raw["samples"]]
+
+    @property
+    def requirements(self) -> Mapping[str, Any]:
+        return self.raw["requirements"]
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        return self.raw["metadata"]
+
+    @property
+    def environment(self) -> Mapping[str, Any]:
+        return self.raw["environment"]
+
+    @property
+    def total_size(self) -> int:
+        return sum(m["size"] for m in self.raw["members"]) + len(self.canonical)
+
+    def to_json(self) -> dict[str, Any]:
+        return copy.deepcopy(dict(self.raw))  # type: ignore[arg-type]

@@ -1,0 +1,48 @@
+"""Rewrite a `.pt2` into its canonical bytes.
+
+The same program gives the same bytes whatever its original file name: the root folder becomes
+``archive/`` (what torch writes for an in-memory save), timestamps and attributes are fixed, data
+stays 64-byte aligned, torch's pickled example inputs are emptied (torch reads an empty member
+as "no example inputs"; the bundle carries pickle-free golden samples instead) and the per-save
+id is dropped.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..archive.zipsafe import open_entry
+from ..archive.zipwrite import DeterministicZipWriter
+from .reader import DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive
+
+__all__ = ["normalize_pt2", "CANONICAL_ROOT"]
+
+CANONICAL_ROOT = "archive"
+
+
+def _kept(name: str) -> bool:
+    return not any(name == d or (d.endswith("/") and name.startswith(d)) for d in DROPPED_MEMBERS)
+
+
+def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
+    """Write the canonical form of ``archive`` to ``dest`` atomically."""
+    dest = Path(dest)
+    fd, tmp = tempfile.mkstemp(prefix=".normalize-", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            writer = DeterministicZipWriter(out)
+            for name, entry in archive.entries.items():
+                if name.startswith(SAMPLE_INPUTS_DIR):
+                    writer.write_bytes(f"{CANONICAL_ROOT}/{name}", b"")
+                    continue
+                if not _kept(name):
+                    continue
+                with open_entry(archive.path, entry) as src:
+                    writer.write_stream(f"{CANONICAL_ROOT}/{name}", src, entry.size)
+            writer.close()
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,95 @@
+"""Model names and refs: ``NAME``, ``NAME@7``, ``NAME@prod``, ``NAME@sha256:<64 hex>``.
+
+Pure value objects, no IO::
+
+    >>> Ref.parse("team/bert@prod")
+    Ref(name='team/bert', version=None, alias='prod', digest=None)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+__all__ = ["Ref", "validate_name", "validate_alias", "validate_digest", "NAME_RE", "DIGEST_RE"]
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*(/[a-z0-9][a-z0-9_.\-]*)*$")
+ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+MAX_NAME = 128
+
+
+def validate_name(name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name) \
+            or ".." in name:
+        raise UsageError(
+            f"invalid model name {name!r}",
+            hint="use lowercase letters, digits, '-', '_', '.' and '/' (team/model), at most 128 chars",
+        )
+    return name
+
+
+def validate_alias(alias: str) -> str:
+    if not isinstance(alias, str) or alias.isdigit() or alias.startswith("sha256") \
+            or not ALIAS_RE.match(alias):
+        raise UsageError(
+            f"invalid alias {alias!r}",
+            hint="an alias starts with a letter, is not all digits and not a digest (e.g. prod, staging)",
+        )
+    return alias
+
+
+def validate_digest(digest: str) -> str:
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise UsageError(f"invalid digest {digest!r}", hint="expected sha256:<64 lowercase hex>")
+    return digest
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parsed reference to a model version. Exactly one of version/alias/digest or none."""
+
+    name: str
+    version: int | None = None
+    alias: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Ref":
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("empty ref", hint="expected NAME, NAME@N, NAME@ALIAS or NAME@sha256:HEX")
+        text = text.strip()
+        name, sep, sel = text.partition("@")
+        validate_name(name)
+        if not sep:
+            return cls(name)
+        if not sel:
+            raise UsageError(f"invalid ref {text!r}: nothing after '@'",
+                             hint="expected NAME@N, NAME@ALIAS or NAME@sha256:HEX")
+        if sel.startswith("sha256:"):
+            return cls(name, digest=validate_digest(sel))
+        if sel.isdigit():
+            n = int(sel)
+            if n < 1:
+                raise UsageError(f"invalid ref {text!r}: versions start at 1")
+            return cls(name, version=n)
+        return cls(name, alias=validate_alias(sel))
+
+    @property
+    def is_pinned(self) -> bool:
+        """True when the ref names immutable content (a digest)."""
+        return self.digest is not None
+
+    @property
+    def is_latest(self) -> bool:
+        return self.version is None and self.alias is None and self.digest is None
+
+    def __str__(self) -> str:
+        if self.version is not None:
+            return f"{self.name}@{self.version}"
+        if self.alias is not None:
+            return f"{self.name}@{self.alias}"
+        if self.digest is not None:
+            return f"{self.name}@{self.digest}"
+        return self.name

@@ -1,0 +1,138 @@
+"""Ed25519 signatures over bundle digests (via ``cryptography``).
+
+The signed message is ``b"pt2-registry/bundle/v1\\n" + digest`` (domain-separated, so a key
+used here cannot be tricked into signing something else). A signature record is::
+
+    {"algorithm": "ed25519", "key_id": "sha256:<hex of the raw public key>",
+     "digest": "sha256:<bundle digest>", "signature": "<base64>"}
+
+    >>> generate_keypair("ci")                    # writes ci.key (0600) and ci.pub  # doctest: +SKIP
+    >>> sig = sign_digest("ci.key", "sha256:ab...")
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import SignatureError, UsageError
+
+__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of"]
+
+_DOMAIN = b"pt2-registry/bundle/v1\n"
+ALGORITHM = "ed25519"
+
+
+def _message(digest: str) -> bytes:
+    return _DOMAIN + digest.encode("ascii")
+
+
+def _raw_public(pub: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id_of(pub: Any) -> str:
+    return "sha256:" + hashlib.sha256(_raw_public(pub)).hexdigest()
+
+
+def generate_keypair(path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write PATH.key (PKCS#8 PEM, mode 0600) and PATH.pub (SubjectPublicKeyInfo PEM)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    base = Path(path)
+    key_path, pub_path = Path(f"{base}.key"), Path(f"{base}.pub")
+    for p in (key_path, pub_path):
+        if p.exists():
+            raise UsageError(f"{p} already exists", hint="choose another PATH; keys are never overwritten")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    pub_path.write_bytes(pub)
+    return key_path, pub_path
+
+
+def _load_private(path: str | os.PathLike) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except FileNotFoundError as exc:
+        raise UsageError(f"signing key {path} not found") from exc
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path} is not an unencrypted PEM private key",
+                         hint="create one with `pt2reg key generate PATH`") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise UsageError(f"{path} is not an Ed25519 key")
+    return key
+
+
+def _load_public(path: str | os.PathLike) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except FileNotFoundError as exc:
+        raise UsageError(f"public key {path} not found") from exc
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path} is not a PEM public key") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise UsageError(f"{path} is not an Ed25519 public key")
+    return key
+
+
+def sign_digest(key_path: str | os.PathLike, digest: str) -> dict[str, str]:
+    key = _load_private(key_path)
+    sig = key.sign(_message(digest))
+    return {"algorithm": ALGORITHM, "key_id": key_id_of(key.public_key()), "digest": digest,
+            "signature": base64.b64encode(sig).decode("ascii")}
+
+
+def verify_signatures(digest: str, signatures: Iterable[dict[str, Any]], pubkey_paths: Iterable[str]) -> str:
+    """The key id of the first required key with a valid signature over ``digest``.
+
+    Raises SignatureError (exit 5) when no required key signed it, or a signature is forged.
+    """
+    from cryptography.exceptions import InvalidSignature
+
+    keys = {key_id_of(k): k for k in (_load_public(p) for p in pubkey_paths)}
+    sigs = [s for s in signatures if isinstance(s, dict)]
+    bad = None
+    for s in sigs:
+        key = keys.get(str(s.get("key_id")))
+        if key is None or s.get("algorithm") != ALGORITHM:
+            continue
+        if s.get("digest") not in (None, digest):
+            bad = f"signature by {s['key_id'][:19]}... is for another digest"
+            continue
+        try:
+            key.verify(base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
+            return str(s["key_id"])
+        except (InvalidSignature, ValueError):
+            bad = f"signature by {s['key_id'][:19]}... is invalid"
+    if bad:
+        raise SignatureError(f"{digest}: {bad}", hint="the bundle or its signature was tampered with")
+    if not sigs:
+        raise SignatureError(f"{digest} is not signed", hint="a signature from a required key is needed")
+    raise SignatureError(f"{digest} is not signed by any required key "
+                         f"({', '.join(k[:19] + '...' for k in keys)})")
+
+
+def require_signature(src: Any, pubkey_paths: Iterable[str]) -> str | None:
+    """Check a MaterializedBundle's signatures when keys are required (no-op without keys)."""
+    paths = list(pubkey_paths)
+    if not paths:
+        return None
+    return verify_signatures(src.digest, src.signatures, paths)

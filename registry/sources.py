@@ -1,0 +1,110 @@
+"""Bundles made local: every member a verified file in the client cache, keyed by digest.
+
+The cache (``HOME/cache/blobs/sha256/ab/<hex>``, the same layout as a local blob store) holds
+only bytes whose sha256 was checked while they were written, so a cached, pinned version is
+served with no network and no database round trip.
+
+    >>> src = materialize_file("model.pt2b", cache_dir)      # doctest: +SKIP
+    >>> src.member_file("programs/encoder.pt2")
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from .archive.bundle import BundleFile
+from .digests import hex_of
+from .errors import IntegrityError
+from .manifest import Manifest
+
+__all__ = ["MaterializedBundle", "BlobCache", "materialize_file"]
+
+
+class BlobCache:
+    """A write-once, verify-on-write directory of blobs addressed by sha256."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def path(self, digest: str) -> Path:
+        h = hex_of(digest)
+        return self.root / "blobs" / "sha256" / h[:2] / h
+
+    def has(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def put_stream(self, digest: str, src: IO[bytes], size: int | None = None,
+                   progress: Callable[[int], None] | None = None) -> Path:
+        dest = self.path(digest)
+        if dest.is_file():
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".incomplete", dir=dest.parent)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                while True:
+                    chunk = src.read(1024 * 1024)
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    out.write(chunk)
+                    if progress:
+                        progress(len(chunk))
+            if h.hexdigest() != hex_of(digest):
+                raise IntegrityError(f"blob {digest} is corrupt: got sha256:{h.hexdigest()}",
+                                     hint="the source is damaged; nothing was cached")
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, dest)
+            return dest
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def verify(self, digest: str) -> bool:
+        """Re-hash a cached blob (used when a cached file is suspected)."""
+        p = self.path(digest)
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1024 * 1024), b""):
+                h.update(chunk)
+        return h.hexdigest() == hex_of(digest)
+
+
+@dataclass(frozen=True)
+class MaterializedBundle:
+    """A bundle whose members are verified local files."""
+
+    manifest: Manifest
+    files: dict[str, Path]
+    signatures: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""
+    name: str | None = None
+    version: int | None = None
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+    def member_file(self, path: str) -> Path:
+        try:
+            return self.files[path]
+        except KeyError as exc:
+            raise IntegrityError(f"{self.label}: bundle has no member {path!r}", member=path) from exc
+
+
+def materialize_file(path: str | os.PathLike, cache_dir: str | os.PathLike,
+                     progress: Callable[[int], None] | None = None) -> MaterializedBundle:
+    """Open a `.pt2b`, verify it and copy its members into the cache (hash checked on write)."""
+    bundle = BundleFile.open(path)
+    cache = BlobCache(cache_dir)
+    files = {}
+    for m in bundle.manifest.members:
+        with bundle.open_member(m.path) as src:
+            files[m.path] = cache.put_stream(m.digest, src, m.size, progress)
+    return MaterializedBundle(bundle.manifest, files, list(bundle.signatures), label=str(path))

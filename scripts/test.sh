@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the whole test suite: unit tier, integration tier on SQLite + local files + moto S3, and
+# the team tier against a real PostgreSQL and a real S3-compatible server (SeaweedFS), which the
+# test fixtures start on free loopback ports and stop afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-venv.sh
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  echo "PostgreSQL server binaries missing; installing Debian's postgresql" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q postgresql >/dev/null; else sudo apt-get install -y -q postgresql >/dev/null; fi
+fi
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,6 @@
+"""Test plugins: tiny exported models, and the real services of the integration tier."""
+pytest_plugins = [
+    "tests.fixtures_pt2",
+    "tests.services_pg",
+    "tests.services_s3",
+]
