@@ -212,11 +212,20 @@ class Registry:
                                   label=f"{version.name}@{version.number}", name=version.name,
                                   version=version.number)
 
-    def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None) -> PullResult:
-        """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way."""
+    def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None,
+             require_signature: Sequence[str] = ()) -> PullResult:
+        """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
+
+        With ``require_signature`` (public key paths), the version must carry a valid signature
+        by one of them, checked before anything is written.
+        """
         parsed = Ref.parse(ref)
         version = self.meta.resolve(parsed)
         src = self.materialize(parsed, progress=progress)
+        if require_signature:
+            from .signing import require_signature as check
+
+            check(src, require_signature)
         build = self.meta.build_info(version.name, version.number) if hasattr(self.meta, "build_info") else None
         sources = {path: (lambda p=p: open(p, "rb")) for path, p in src.files.items()}
         write_bundle(out, src.manifest, sources, build=build, signatures=src.signatures or None)
@@ -251,6 +260,40 @@ class Registry:
         return self.meta.set_status(version.name, version.number, status, reason,
                                     actor=actor(), host=hostname())
 
+    def show(self, ref: str, *, at: str | None = None) -> Any:
+        """A version; with ``at`` (ISO 8601) and an alias ref, the version the alias held then."""
+        parsed = Ref.parse(ref)
+        if at is None:
+            return self.meta.resolve(parsed)
+        if parsed.alias is None:
+            raise UsageError("--at needs an alias ref such as NAME@prod",
+                             hint="versions and digests never change, so they need no time")
+        when = parse_time(at)
+        number = self.meta.alias_at(parsed.name, parsed.alias, when)
+        if number is None:
+            raise NotFoundError(f"alias {parsed.name}@{parsed.alias} did not point anywhere at {at}",
+                                what="alias", name=str(parsed))
+        return self.meta.resolve(Ref(parsed.name, version=number))
+
+    # -- lineage and audit ----------------------------------------------------------------
+    def lineage(self, ref: str, *, descendants: bool = False) -> tuple[Any, list[Any]]:
+        v = self.meta.resolve(Ref.parse(ref))
+        walk = self.meta.descendants if descendants else self.meta.ancestors
+        return v, walk(v.name, v.number)
+
+    def dataset_lineage(self, uri: str) -> list[Any]:
+        from .publishing import parse_dataset
+
+        uri, digest = parse_dataset(uri)
+        return self.meta.versions_from_dataset(uri, digest=digest)
+
+    def audit_events(self, *, model: str | None = None, since: str | None = None) -> list[Any]:
+        return self.meta.events(model=validate_name(model) if model else None,
+                                since=parse_time(since) if since else None)
+
+    def verify_audit(self) -> Any:
+        return self.meta.verify_audit_chain()
+
     # -- garbage collection ---------------------------------------------------------------
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:
         """Delete blobs no version references and no live push has claimed."""
@@ -276,6 +319,17 @@ class Registry:
                 self.meta.record_event("gc.delete", actor=actor(), host=hostname(), digest=digest,
                                        details={"size": size})
         return GcResult(deleted, kept, dry_run)
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 (``2026-11-22T10:00:00Z``, a date, or with an offset) -> aware UTC datetime."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(f"invalid time {text!r}", hint="use ISO 8601, e.g. 2026-11-22T10:00:00Z") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc)
 
 
 def _claim_alive(claim: Any) -> bool:

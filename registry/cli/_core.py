@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from functools import cached_property
@@ -55,6 +56,12 @@ class RegistryGroup(click.Group):
             ctx.exit(1)
         except OSError as exc:
             click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+            ctx.exit(1)
+        except Exception as exc:  # a bug of ours: still one line, the traceback on request
+            if os.environ.get("PT2REG_DEBUG"):
+                raise
+            click.echo(f"error: unexpected {type(exc).__name__}: {exc} (set PT2REG_DEBUG=1 for a "
+                       f"traceback, and please report it)", err=True)
             ctx.exit(1)
 
 

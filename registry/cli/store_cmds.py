@@ -227,7 +227,7 @@ def db() -> None:
 @pass_app
 def db_upgrade(app: App) -> None:
     """Migrate the metadata database to the latest schema (Alembic)."""
-    from ..store import upgrade_database
+    from ..store import make_engine, upgrade
 
-    before, after = upgrade_database(app.settings.db_url)
+    before, after = upgrade(make_engine(app.settings.db_url))
     click.echo(f"database at {after}" + (f" (was {before or 'empty'})" if before != after else " (already current)"))

@@ -1,0 +1,170 @@
+"""``pt2reg lineage`` and ``pt2reg audit``."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from . import cli
+from ._core import App, emit_json, pass_app
+from .render import console, esc
+
+__all__ = ["lineage", "audit", "lineage_dot"]
+
+_KIND_LABEL = {"dataset": "dataset", "run": "run", "commit": "commit", "code": "code"}
+
+
+def node_json(n: Any) -> dict[str, Any]:
+    return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
+            "depth": n.depth, "aliases": sorted(n.aliases or []),
+            "edges": [{"kind": e.kind, "value": e.value, "digest": e.digest, "extra": e.extra}
+                      for e in n.edges]}
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def lineage_dot(nodes: list[Any]) -> str:
+    """A Graphviz digraph: versions (boxes), datasets (cylinders), runs and commits; arrows point
+    from an input to what was derived from it."""
+    by_digest = {n.digest: n for n in nodes}
+    lines = ["digraph lineage {", "  rankdir=LR;", '  node [fontname="Helvetica"];']
+    seen: set[str] = set()
+    for n in nodes:
+        label = n.ref + (f"\\n[{', '.join(sorted(n.aliases))}]" if n.aliases else "")
+        style = ', style=dashed' if n.status == "yanked" else ""
+        lines.append(f"  {_quote(n.digest)} [shape=box, label={_quote(label)}{style}];")
+        for e in n.edges:
+            if e.kind == "parent":
+                if e.digest and e.digest not in by_digest and e.digest not in seen:
+                    seen.add(e.digest)
+                    lines.append(f"  {_quote(e.digest)} [shape=box, label={_quote(e.value)}];")
+                lines.append(f"  {_quote(e.digest or e.value)} -> {_quote(n.digest)} [label=\"parent\"];")
+                continue
+            key = f"{e.kind}:{e.value}"
+            if key not in seen:
+                seen.add(key)
+                shape = {"dataset": "cylinder", "run": "ellipse", "commit": "note", "code": "folder"}[e.kind]
+                label = f"{e.kind}: {e.value}" + (f"\\n{e.digest[:19]}..." if e.digest else "")
+                lines.append(f"  {_quote(key)} [shape={shape}, label={_quote(label)}];")
+            lines.append(f"  {_quote(key)} -> {_quote(n.digest)};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _print_tree(root: Any, nodes: list[Any], descendants: bool) -> None:
+    from rich.tree import Tree
+
+    by_digest = {n.digest: n for n in nodes}
+    children: dict[str, list[Any]] = {}
+    for n in nodes:
+        for parent in n.parents:
+            children.setdefault(parent, []).append(n)
+
+    def label(n: Any) -> str:
+        extra = f" [{', '.join(sorted(n.aliases))}]" if n.aliases else ""
+        status = f" ({n.status})" if n.status != "active" else ""
+        return f"[bold]{esc(n.ref)}[/bold]{esc(extra)}{status} {n.digest[:19]}..."
+
+    def add(tree: Any, n: Any, depth: int, path: set[str]) -> None:
+        for e in n.edges:
+            if e.kind != "parent":
+                tree.add(esc(f"{_KIND_LABEL[e.kind]}: {e.value}" + (f" {e.digest}" if e.digest else "")
+                             + (" (dirty)" if (e.extra or {}).get("dirty") else "")))
+        nxt = children.get(n.digest, []) if descendants else [by_digest[p] for p in n.parents if p in by_digest]
+        for m in nxt:
+            if m.digest in path:
+                continue
+            add(tree.add(label(m)), m, depth + 1, path | {m.digest})
+
+    start = by_digest.get(root.digest)
+    tree = Tree(label(start) if start else esc(root.ref))
+    if start:
+        add(tree, start, 0, {start.digest})
+    console().print(tree)
+
+
+@cli.command()
+@click.argument("ref", required=False)
+@click.option("--descendants", is_flag=True, help="Show what was derived from REF instead of its ancestry.")
+@click.option("--dataset", "dataset", metavar="URI[@sha256:HEX]",
+              help="List every version derived from this dataset, directly or transitively.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--dot", "as_dot", is_flag=True, help="Print a Graphviz digraph.")
+@pass_app
+def lineage(app: App, ref: str | None, descendants: bool, dataset: str | None, as_json: bool,
+            as_dot: bool) -> None:
+    """Where a version came from (parents, datasets, runs, commits), or what came from it."""
+    if as_json and as_dot:
+        raise click.UsageError("choose one of --json and --dot")
+    if (ref is None) == (dataset is None):
+        raise click.UsageError("give a REF or --dataset URI (not both)")
+    reg = app.registry
+    if dataset is not None:
+        nodes = reg.dataset_lineage(dataset)
+        if as_json:
+            emit_json({"dataset": dataset, "versions": [node_json(n) for n in nodes]})
+        elif as_dot:
+            click.echo(lineage_dot(nodes))
+        else:
+            from rich.table import Table
+
+            table = Table("version", "digest", "how", "aliases now", "status", box=None, header_style="bold")
+            for n in nodes:
+                how = "direct" if n.depth == 0 else f"derived ({n.depth} step{'s' if n.depth > 1 else ''})"
+                table.add_row(esc(n.ref), n.digest[:19] + "...", how, esc(", ".join(sorted(n.aliases)) or "-"), n.status)
+            console().print(table)
+        return
+    root, nodes = reg.lineage(ref, descendants=descendants)
+    if as_json:
+        emit_json({"ref": root.ref, "name": root.name, "version": root.number, "digest": root.digest,
+                   "direction": "descendants" if descendants else "ancestors",
+                   "nodes": [node_json(n) for n in nodes]})
+    elif as_dot:
+        click.echo(lineage_dot(nodes))
+    else:
+        _print_tree(root, nodes, descendants)
+
+
+def event_json(e: Any) -> dict[str, Any]:
+    return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
+            "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
+            "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
+
+
+@cli.command()
+@click.option("--model", "model", metavar="NAME", help="Only events about this model.")
+@click.option("--since", metavar="T", help="Only events at or after this ISO 8601 time.")
+@click.option("--verify", "verify", is_flag=True,
+              help="Re-walk the hash chain; exit 5 naming the first broken event, 0 when intact.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def audit(app: App, model: str | None, since: str | None, verify: bool, as_json: bool) -> None:
+    """The append-only, hash-chained record of every change and every pull."""
+    reg = app.registry
+    if verify:
+        verdict = reg.verify_audit()
+        if as_json:
+            emit_json({"intact": verdict.ok, "first_bad_event": verdict.first_bad_seq,
+                       "reason": verdict.reason})
+        if not verdict.ok:
+            from ..errors import IntegrityError
+
+            raise IntegrityError(f"audit chain broken at event {verdict.first_bad_seq}: {verdict.reason}",
+                                 hint="the audit table was edited, reordered or had events deleted")
+        if not as_json:
+            click.echo(f"audit chain intact ({verdict.reason})" if verdict.reason else "audit chain intact")
+        return
+    events = reg.audit_events(model=model, since=since)
+    if as_json:
+        emit_json({"events": [event_json(e) for e in events]})
+        return
+    from rich.table import Table
+
+    table = Table("seq", "time", "actor", "action", "ref", "digest", "details", box=None, header_style="bold")
+    for e in events:
+        ref = e.ref or (f"{e.model}@{e.version}" if e.model and e.version else e.model or "")
+        table.add_row(str(e.seq), str(e.ts)[:19], esc(e.actor), e.action, esc(ref),
+                      (e.digest or "")[:19], esc(", ".join(f"{k}={v}" for k, v in (e.details or {}).items())))
+    console().print(table)

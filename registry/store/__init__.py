@@ -1,0 +1,38 @@
+"""The metadata store: SQL rows behind a small API that returns frozen records.
+
+    >>> store = open_metadata_store("sqlite:////tmp/reg/registry.db", auto_create=True)
+    >>> store.list_models()
+    []
+"""
+from __future__ import annotations
+
+from .engine import make_engine
+from .migrate import current_revision, ensure_schema, head_revision, upgrade
+from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+                      PendingPush, SignatureRecord, VersionRecord)
+from .sql import SqlMetadataStore
+
+
+def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
+    """A store for ``url`` whose schema is checked (and created when fresh and ``auto_create``).
+
+    Raises DatabaseOutdatedError when the database is behind this software (run
+    ``pt2reg db upgrade``) and StoreError when it is ahead or unreachable.
+
+        >>> open_metadata_store("postgresql://reg@db/registry", auto_create=False)
+        Traceback (most recent call last):
+        DatabaseOutdatedError: the database ... has no registry schema yet
+    """
+    engine = make_engine(url)
+    try:
+        ensure_schema(engine, auto_create=auto_create)
+    except BaseException:
+        engine.dispose()
+        raise
+    return SqlMetadataStore(engine)
+
+__all__ = [
+    "SqlMetadataStore", "open_metadata_store", "make_engine", "ensure_schema", "upgrade", "current_revision",
+    "head_revision", "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord",
+    "LineageEdge", "LineageNode", "AuditEvent", "PendingPush",
+]

@@ -1,0 +1,151 @@
+"""Database engines and transactions for the metadata store, on SQLite and PostgreSQL.
+
+SQLite is tuned for many processes sharing one file: WAL (readers never block the writer), a
+long busy timeout, foreign keys on, and write transactions opened with ``BEGIN IMMEDIATE`` so
+writers queue for the lock up front instead of deadlocking when a reader upgrades to a writer.
+PostgreSQL goes through psycopg 3; its writers serialize with explicit row and advisory locks
+(see :mod:`registry.store.sql`).
+
+    >>> engine = make_engine("sqlite:////tmp/pt2reg-doc.db")
+    >>> engine.dialect.name
+    'sqlite'
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+from ..errors import ConflictError, StoreError, UsageError
+
+__all__ = ["make_engine", "run_transaction", "translate_error", "redacted_url", "WRITE_OPTION",
+           "SQLITE_BUSY_TIMEOUT_MS"]
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+WRITE_OPTION = "pt2reg_write"
+_ATTEMPTS = 8
+# sqlstates worth retrying: serialization failure, deadlock, lock not available.
+_PG_RETRY_STATES = {"40001", "40P01", "55P03"}
+_PG_UNIQUE_VIOLATION = "23505"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``sqlite:///PATH``, ``sqlite://`` (memory) or ``postgresql://...``.
+
+    ``postgresql://`` and ``postgres://`` are rewritten to the psycopg 3 driver. The parent
+    directory of a SQLite file is created if missing.
+
+        >>> make_engine("postgresql://u@db.example/reg").url.drivername
+        'postgresql+psycopg'
+    """
+    if not isinstance(url, str) or not url:
+        raise UsageError("empty database URL", hint="e.g. sqlite:///PATH or postgresql://HOST/DB")
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise UsageError(f"invalid database URL {url!r}") from exc
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        return _sqlite_engine(parsed)
+    if parsed.drivername == "postgresql+psycopg":
+        return create_engine(parsed, pool_pre_ping=True)
+    raise UsageError(f"unsupported database URL scheme {parsed.drivername!r}",
+                     hint="use sqlite:///PATH or postgresql://USER@HOST/DB")
+
+
+def _sqlite_engine(url) -> Engine:
+    memory = url.database in (None, "", ":memory:")
+    if memory:
+        engine = create_engine(url, poolclass=StaticPool,
+                               connect_args={"check_same_thread": False})
+    else:
+        path = Path(url.database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = url.set(database=str(path))
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        # Take BEGIN away from the sqlite3 module so _on_begin decides DEFERRED vs IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if not memory:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")  # durable with WAL up to a power loss
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def redacted_url(engine: Engine) -> str:
+    """The engine's URL with any password hidden, for messages."""
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _sqlite_error_name(exc: sa_exc.DBAPIError) -> str:
+    return str(getattr(exc.orig, "sqlite_errorname", "") or "")
+
+
+def _retryable(exc: sa_exc.DBAPIError) -> bool:
+    state = getattr(exc.orig, "sqlstate", None)
+    if state in _PG_RETRY_STATES or state == _PG_UNIQUE_VIOLATION:
+        return True
+    name = _sqlite_error_name(exc)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or name in (
+            "SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"):
+        return True
+    return "database is locked" in str(exc.orig)
+
+
+def translate_error(exc: sa_exc.SQLAlchemyError, engine: Engine) -> StoreError | ConflictError:
+    if isinstance(exc, sa_exc.IntegrityError):
+        return ConflictError(f"the database refused a conflicting change: "
+                             f"{str(getattr(exc, 'orig', exc)).splitlines()[0]}")
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return StoreError(f"database error on {redacted_url(engine)}: "
+                      f"{detail[0] if detail else type(exc).__name__}")
+
+
+def run_transaction(engine: Engine, work: Callable[[Session], T], *, write: bool) -> T:
+    """Run ``work(session)`` in one transaction, committed when it returns.
+
+    Write transactions that lose a race (unique violation, serialization failure, deadlock,
+    SQLite busy) are retried from the start with bounded, jittered backoff, so ``work`` must
+    derive everything from what it reads. SQLAlchemy errors leave as StoreError or
+    ConflictError; registry errors raised by ``work`` pass through after a rollback.
+
+        >>> run_transaction(engine, lambda s: s.scalar(text("SELECT 1")), write=False)
+        1
+    """
+    bind = engine.execution_options(**{WRITE_OPTION: True}) if write else engine
+    for attempt in range(_ATTEMPTS):
+        try:
+            with Session(bind=bind, expire_on_commit=False) as session:
+                with session.begin():
+                    return work(session)
+        except sa_exc.DBAPIError as exc:
+            if not _retryable(exc) or exc.connection_invalidated or attempt == _ATTEMPTS - 1:
+                raise translate_error(exc, engine) from exc
+        except sa_exc.SQLAlchemyError as exc:
+            raise translate_error(exc, engine) from exc
+        time.sleep(min(1.0, 0.02 * 2 ** attempt) * (0.5 + random.random()))
+    raise StoreError("unreachable: transaction retries exhausted")  # pragma: no cover

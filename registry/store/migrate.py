@@ -1,0 +1,184 @@
+"""Schema migrations, run programmatically through Alembic.
+
+The migration scripts ship inside the wheel as the package ``registry._migrations`` (the
+repository's top-level ``migrations/``), so ``pt2reg db upgrade`` works after a plain
+``pip install``. Policy:
+
+- a fresh, empty database is created at head when ``auto_create`` (the embedded default);
+- a database behind head is never migrated silently: :class:`DatabaseOutdatedError`;
+- a database ahead of this software (unknown revision) is refused with a :class:`StoreError`.
+
+Concurrent processes opening one fresh database are safe: the check and the upgrade run in one
+transaction holding a lock (SQLite ``BEGIN IMMEDIATE``; PostgreSQL an advisory lock).
+
+    >>> engine = make_engine("sqlite:////tmp/reg/registry.db")
+    >>> ensure_schema(engine, auto_create=True)
+    >>> current_revision(engine) == head_revision()
+    True
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import exc as sa_exc
+
+from ..errors import DatabaseOutdatedError, StoreError
+from .engine import WRITE_OPTION, redacted_url, translate_error
+
+__all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "heads",
+           "script_location"]
+
+#: pg_advisory_xact_lock key serializing schema checks and upgrades ("pt2m").
+MIGRATION_LOCK_KEY = 0x7074326D
+
+
+def script_location() -> Path:
+    """Directory of the Alembic scripts: the installed ``registry._migrations`` package, or the
+    top-level ``migrations/`` of a source checkout run without installing."""
+    try:
+        root = importlib.resources.files("registry._migrations")
+    except ModuleNotFoundError:
+        root = Path(__file__).resolve().parents[2] / "migrations"
+    if not isinstance(root, Path) or not (root / "env.py").is_file():
+        raise StoreError("the database migrations are missing from this installation",
+                         hint="reinstall pt2-registry")
+    return root
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    # ConfigParser interpolates '%', which may appear in an install path.
+    config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config())
+
+
+def heads() -> tuple[str, ...]:
+    """Every head revision of the migration scripts (exactly one in a healthy tree)."""
+    return tuple(_script().get_heads())
+
+
+def head_revision() -> str:
+    """The revision this software expects, e.g. ``'0001_initial'``."""
+    found = heads()
+    if len(found) != 1:
+        raise StoreError(f"the migration scripts have {len(found)} heads, expected one",
+                         hint="merge them with `alembic merge`")
+    return found[0]
+
+
+def _revision_of(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's schema revision, None for a database without one (fresh).
+
+        >>> current_revision(make_engine("sqlite://")) is None
+        True
+    """
+    try:
+        with engine.connect() as conn:
+            return _revision_of(conn)
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc, engine) from exc
+
+
+def _is_known(revision: str) -> bool:
+    try:
+        return _script().get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def _newer_error(engine: Engine, current: str) -> StoreError:
+    return StoreError(
+        f"the database {redacted_url(engine)} is at schema revision {current!r}, which this "
+        f"pt2-registry does not know: the registry software is older than the database",
+        hint="upgrade pt2-registry")
+
+
+def _check_known(engine: Engine, current: str, head: str) -> None:
+    """Raise unless the database is at head: outdated (behind) or newer than this software."""
+    if current == head:
+        return
+    if not _is_known(current):
+        raise _newer_error(engine, current)
+    raise DatabaseOutdatedError(
+        f"the database {redacted_url(engine)} is at schema revision {current!r}, behind this "
+        f"pt2-registry ({head!r})", current=current, head=head)
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
+def _has_registry_tables(conn: Connection) -> bool:
+    return inspect(conn).has_table("models")
+
+
+def _migrate(engine: Engine, *, only_if_fresh: bool) -> tuple[str | None, str]:
+    head = head_revision()
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                _lock(conn)
+                before = _revision_of(conn)  # again: another process may have just migrated
+                if before == head:
+                    return before, head
+                if before is None:
+                    if _has_registry_tables(conn):
+                        raise StoreError(f"the database {redacted_url(engine)} has registry "
+                                         f"tables but no schema revision; pt2reg did not "
+                                         f"create it")
+                elif only_if_fresh:
+                    _check_known(engine, before, head)
+                elif not _is_known(before):
+                    raise _newer_error(engine, before)
+                command.upgrade(_config(conn), "head")
+                return before, head
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc, engine) from exc
+
+
+def upgrade(engine: Engine) -> tuple[str | None, str]:
+    """Migrate the database to head (``pt2reg db upgrade``); returns (before, after) revisions.
+
+        >>> upgrade(make_engine("sqlite:////tmp/reg/registry.db"))
+        (None, '0001_initial')
+    """
+    return _migrate(engine, only_if_fresh=False)
+
+
+def ensure_schema(engine: Engine, *, auto_create: bool) -> None:
+    """Check the database is at head before use; create a fresh one when ``auto_create``.
+
+    Raises DatabaseOutdatedError (behind head, or fresh and not ``auto_create``) or StoreError
+    (unknown revision: the database is newer than this software).
+
+        >>> ensure_schema(make_engine("sqlite:////tmp/reg/registry.db"), auto_create=True)
+    """
+    head = head_revision()
+    current = current_revision(engine)  # the common case, without taking the write lock
+    if current is not None:
+        _check_known(engine, current, head)
+        return
+    if not auto_create:
+        raise DatabaseOutdatedError(
+            f"the database {redacted_url(engine)} has no registry schema yet",
+            current=None, head=head)
+    _migrate(engine, only_if_fresh=True)

@@ -1,0 +1,220 @@
+"""SQLAlchemy 2.0 declarative rows of the metadata store. Schema changes go through Alembic.
+
+Conventions, chosen so the same rows round-trip identically on SQLite and PostgreSQL:
+
+- Timestamps are canonical UTC text (``2026-11-22T02:03:04.123456Z``, see
+  :func:`registry.audit_chain.format_ts`): the audit hash covers them, they sort as text and
+  compare with ``>=`` without per-backend datetime semantics.
+- JSON values are canonical JSON text (``*_json`` columns): byte-stable, portable, hashable.
+- Constraint names follow :data:`NAMING` so future migrations can refer to them on both backends.
+
+Nothing here is visible to callers: :mod:`registry.store.sql` converts rows to the frozen
+records of :mod:`registry.store.records`.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (BigInteger, CheckConstraint, ForeignKey, Index, Integer, MetaData,
+                        String, Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from ..audit_chain import format_ts, parse_ts
+from ..digests import canonical_json
+from ..errors import UsageError
+from .records import AuditEvent, LineageEdge, PendingPush, SignatureRecord, VersionRecord
+
+__all__ = [
+    "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "AliasRow", "SignatureRow",
+    "LineageRow", "PendingPushRow", "AuditEventRow", "STATUSES", "LINEAGE_KINDS", "now_text",
+    "json_text",
+]
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+STATUSES = ("active", "deprecated", "yanked")
+LINEAGE_KINDS = ("parent", "dataset", "run", "commit", "code")
+
+TS = String(32)
+DIGEST = String(71)  # "sha256:" + 64 hex
+
+
+def now_text() -> str:
+    """The current time as stored: ``2026-11-22T02:03:04.123456Z``."""
+    return format_ts(datetime.now(timezone.utc))
+
+
+def json_text(value: Any, what: str) -> str:
+    """A value as stored in a ``*_json`` column; UsageError naming ``what`` if not JSON."""
+    try:
+        return canonical_json(value).decode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{what} is not JSON-serializable: {exc}") from exc
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[str] = mapped_column(TS)
+
+
+class VersionRow(Base):
+    __tablename__ = "versions"
+    __table_args__ = (
+        UniqueConstraint("model_id", "number"),
+        UniqueConstraint("model_id", "digest"),
+        CheckConstraint("status IN ('active', 'deprecated', 'yanked')", name="status"),
+        CheckConstraint("number >= 1", name="number"),
+        # Parent edges and digest pins across models look versions up by digest alone.
+        Index(None, "digest"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(DIGEST)
+    manifest_json: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    status_by: Mapped[str | None] = mapped_column(String(256))
+    status_at: Mapped[str | None] = mapped_column(TS)
+    created_at: Mapped[str] = mapped_column(TS)
+    created_by: Mapped[str] = mapped_column(String(256))
+    build_json: Mapped[str | None] = mapped_column(Text)
+    environment_json: Mapped[str | None] = mapped_column(Text)
+    metadata_json: Mapped[str] = mapped_column(Text)
+
+    def to_record(self, name: str, aliases: list[str], *, with_manifest: bool = True
+                  ) -> VersionRecord:
+        return VersionRecord(
+            name=name, number=self.number, digest=self.digest, size=self.size,
+            status=self.status, status_reason=self.status_reason,
+            created_at=parse_ts(self.created_at), created_by=self.created_by,
+            metadata=json.loads(self.metadata_json), aliases=sorted(aliases),
+            manifest_json=self.manifest_json if with_manifest else None,
+            build=json.loads(self.build_json) if self.build_json else None,
+            environment=json.loads(self.environment_json) if self.environment_json else None,
+            status_by=self.status_by,
+            status_at=parse_ts(self.status_at) if self.status_at else None,
+        )
+
+
+class VersionBlobRow(Base):
+    __tablename__ = "version_blobs"
+    # gc asks "is this blob referenced by any version" by digest alone.
+    __table_args__ = (Index(None, "blob_digest"),)
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"),
+                                            primary_key=True)
+    blob_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+
+
+class AliasRow(Base):
+    __tablename__ = "aliases"
+    __table_args__ = (UniqueConstraint("model_id", "alias"), Index(None, "version_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    alias: Mapped[str] = mapped_column(String(64))
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"))
+    updated_at: Mapped[str] = mapped_column(TS)
+    updated_by: Mapped[str] = mapped_column(String(256))
+
+
+class SignatureRow(Base):
+    __tablename__ = "signatures"
+    __table_args__ = (UniqueConstraint("version_id", "key_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"))
+    key_id: Mapped[str] = mapped_column(DIGEST)  # "sha256:<hex of the raw public key>"
+    algorithm: Mapped[str] = mapped_column(String(16))
+    signature: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[str] = mapped_column(TS)
+
+    def to_record(self, digest: str) -> SignatureRecord:
+        return SignatureRecord(self.key_id, self.algorithm, self.signature, digest=digest,
+                               created_at=parse_ts(self.created_at))
+
+
+class LineageRow(Base):
+    __tablename__ = "lineage_edges"
+    __table_args__ = (
+        CheckConstraint("kind IN ('parent', 'dataset', 'run', 'commit', 'code')", name="kind"),
+        Index(None, "version_id"),
+        Index(None, "kind", "value"),  # "which versions came from dataset X"
+        Index(None, "kind", "digest"),  # "which versions have parent D" (descendants)
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    value: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str | None] = mapped_column(DIGEST)
+    extra_json: Mapped[str | None] = mapped_column(Text)
+
+    def to_record(self) -> LineageEdge:
+        extra = json.loads(self.extra_json) if self.extra_json else None
+        return LineageEdge(self.kind, self.value, self.digest, extra)
+
+
+class PendingPushRow(Base):
+    __tablename__ = "pending_pushes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[str] = mapped_column(TS)
+    heartbeat_at: Mapped[str] = mapped_column(TS)
+    blobs_json: Mapped[str] = mapped_column(Text)
+
+    def to_record(self) -> PendingPush:
+        return PendingPush(self.id, self.host, self.pid, parse_ts(self.started_at),
+                           parse_ts(self.heartbeat_at), json.loads(self.blobs_json))
+
+
+class AuditEventRow(Base):
+    __tablename__ = "audit_events"
+    __table_args__ = (Index(None, "model", "seq"), Index(None, "ts"))
+
+    # Assigned by the store (last + 1) under the audit lock, never by the database.
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ts: Mapped[str] = mapped_column(TS)
+    actor: Mapped[str] = mapped_column(String(256))
+    host: Mapped[str] = mapped_column(String(256))
+    action: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str | None] = mapped_column(String(128))
+    version: Mapped[int | None] = mapped_column(Integer)
+    digest: Mapped[str | None] = mapped_column(DIGEST)
+    ref: Mapped[str | None] = mapped_column(Text)
+    details_json: Mapped[str] = mapped_column(Text)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+
+    def to_record(self) -> AuditEvent:
+        return AuditEvent(self.seq, parse_ts(self.ts), self.actor, self.host, self.action,
+                          self.model, self.version, self.digest, self.ref,
+                          json.loads(self.details_json), self.prev_hash, self.hash)
+
+    def to_chain_dict(self) -> dict:
+        """The stored values verbatim, for :func:`registry.audit_chain.verify_chain`."""
+        return {"seq": self.seq, "ts": self.ts, "actor": self.actor, "host": self.host,
+                "action": self.action, "model": self.model, "version": self.version,
+                "digest": self.digest, "ref": self.ref, "details": self.details_json,
+                "prev_hash": self.prev_hash, "hash": self.hash}

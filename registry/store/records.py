@@ -1,0 +1,163 @@
+"""Frozen records the metadata store returns. Plain values: no session, no lazy loading.
+
+    >>> v = VersionRecord(name="bert", number=3, digest="sha256:" + "0" * 64, size=10,
+    ...                   status="active", status_reason=None, created_at=None, created_by="ana")
+    >>> v.ref
+    'bert@3'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
+    "LineageNode", "AuditEvent", "PendingPush",
+]
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A model: how many versions, the highest number, and its aliases (alias -> number)."""
+
+    name: str
+    version_count: int
+    latest: int | None
+    aliases: dict[str, int] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """An immutable version. ``manifest_json`` is None in listings (use ``get_manifest``)."""
+
+    name: str
+    number: int
+    digest: str
+    size: int
+    status: str
+    status_reason: str | None
+    created_at: datetime | None
+    created_by: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    aliases: list[str] = field(default_factory=list)
+    manifest_json: str | None = None
+    build: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+    status_by: str | None = None
+    status_at: datetime | None = None
+
+    @property
+    def ref(self) -> str:
+        """The pinned-by-number ref text, e.g. ``bert@3``."""
+        return f"{self.name}@{self.number}"
+
+    @property
+    def is_yanked(self) -> bool:
+        return self.status == "yanked"
+
+
+@dataclass(frozen=True)
+class AliasRecord:
+    """Where an alias points now (``number``) and who moved it last."""
+
+    name: str
+    alias: str
+    number: int
+    digest: str
+    updated_at: datetime
+    updated_by: str
+
+
+@dataclass(frozen=True)
+class SignatureRecord:
+    """A detached signature (base64) over a version's ``digest``; ``key_id`` is
+    ``sha256:<hex>`` of the raw public key.
+
+        >>> SignatureRecord("sha256:" + "1" * 64, "ed25519", "c2ln", digest="sha256:...").to_json()
+        {'algorithm': 'ed25519', 'key_id': 'sha256:111...', 'digest': 'sha256:...', 'signature': 'c2ln'}
+    """
+
+    key_id: str
+    algorithm: str
+    signature: str
+    digest: str | None = None
+    created_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as written in a bundle's ``signatures.json``."""
+        return {"algorithm": self.algorithm, "key_id": self.key_id, "digest": self.digest,
+                "signature": self.signature}
+
+
+@dataclass(frozen=True)
+class LineageEdge:
+    """One lineage fact about a version.
+
+    ``kind`` is parent|dataset|run|commit|code. For ``parent`` the ``value`` is the parent's ref
+    as resolved (``bert@1``) and ``digest`` its version digest; for ``dataset`` the value is the
+    URI and ``digest`` the optional dataset digest.
+
+        >>> LineageEdge("dataset", "s3://data/train", "sha256:" + "a" * 64).kind
+        'dataset'
+    """
+
+    kind: str
+    value: str
+    digest: str | None = None
+    extra: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """A version met in a lineage walk: ``depth`` 0 is where the walk started (or a direct
+    dataset match), 1 its parents/children, and so on. ``edges`` are all its recorded edges;
+    parent edges carry the parent's digest, which links nodes into a graph."""
+
+    name: str
+    number: int
+    digest: str
+    status: str
+    depth: int
+    edges: list[LineageEdge] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.number}"
+
+    @property
+    def parents(self) -> list[str]:
+        """Digests of this version's parent versions."""
+        return [e.digest for e in self.edges if e.kind == "parent" and e.digest]
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One entry of the append-only, hash-chained audit log."""
+
+    seq: int
+    ts: datetime
+    actor: str
+    host: str
+    action: str
+    model: str | None
+    version: int | None
+    digest: str | None
+    ref: str | None
+    details: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class PendingPush:
+    """A publish in progress: its blobs must survive gc until it ends or stops heartbeating."""
+
+    id: int
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    blobs: list[str]

@@ -1,0 +1,539 @@
+"""The SQL metadata store: models, versions, aliases, lineage and the audit log.
+
+One class over SQLAlchemy 2.0 that behaves the same on SQLite and PostgreSQL. Callers get
+frozen records (:mod:`registry.store.records`) and registry errors, never sessions or
+SQLAlchemy exceptions. Every state change appends its audit event in the same transaction.
+
+How concurrent writers stay correct:
+
+- *version numbers* (gap-free per model): a publish locks its model row (PostgreSQL
+  ``SELECT ... FOR UPDATE`` after an ``INSERT ... ON CONFLICT DO NOTHING``; SQLite holds the
+  database write lock from ``BEGIN IMMEDIATE``) before reading ``max(number)``;
+- *the audit chain* (one chain): appends take ``pg_advisory_xact_lock`` (PostgreSQL; SQLite is
+  already serialized) before reading the last event's hash, always after any row lock, so lock
+  order is fixed and writers cannot deadlock;
+- anything that still loses a race is retried as a whole (:func:`run_transaction`).
+
+    >>> store = SqlMetadataStore(make_engine("sqlite:////tmp/reg/registry.db"))
+    >>> version, created = store.publish("bert", digest, manifest, 1234, [(blob, 1234)],
+    ...                                  aliases=["prod"], actor="ana", host="gpu-1")
+    >>> store.resolve(Ref.parse("bert@prod")).number
+    1
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy.orm import Session, defer
+
+from ..audit_chain import ChainVerdict, format_ts, parse_ts
+from ..errors import NotFoundError, UsageError
+from ..refs import Ref, validate_alias, validate_digest, validate_name
+from . import audit_log, writes
+from . import lineage as graph
+from .engine import make_engine, run_transaction
+from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
+                  VersionBlobRow, VersionRow, json_text, now_text)
+from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+                      PendingPush, SignatureRecord, VersionRecord)
+
+__all__ = ["SqlMetadataStore"]
+
+T = TypeVar("T")
+
+_STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "restore"}
+
+
+class SqlMetadataStore:
+    """Registry metadata in a SQL database (SQLite file or PostgreSQL).
+
+    Takes an engine from :func:`registry.store.engine.make_engine` (or a URL) whose schema is at
+    head (see :func:`registry.store.migrate.ensure_schema`); creating tables is not its job.
+    """
+
+    def __init__(self, engine: Engine | str) -> None:
+        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+
+    def close(self) -> None:
+        """Close pooled connections (the store is unusable afterwards)."""
+        self.engine.dispose()
+
+    def __enter__(self) -> "SqlMetadataStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, work: Callable[[Session], T]) -> T:
+        return run_transaction(self.engine, work, write=False)
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        return run_transaction(self.engine, work, write=True)
+
+    # -- lookups inside a transaction -------------------------------------------------------
+
+    def _model(self, s: Session, name: str, *, lock: bool = False) -> ModelRow:
+        stmt = select(ModelRow).where(ModelRow.name == name)
+        row = s.scalars(stmt.with_for_update() if lock else stmt).one_or_none()
+        if row is None:
+            raise NotFoundError(f"model {name!r} not found", what="model", name=name)
+        return row
+
+    def _no_version(self, s: Session, model: ModelRow, number: int) -> NotFoundError:
+        latest = s.scalar(select(func.max(VersionRow.number))
+                          .where(VersionRow.model_id == model.id))
+        tail = f"latest is {latest}" if latest else "it has no versions"
+        return NotFoundError(f"model {model.name!r} has no version {number} ({tail})",
+                             what="version", name=model.name)
+
+    def _version(self, s: Session, model: ModelRow, number: int) -> VersionRow:
+        row = s.scalars(select(VersionRow).where(VersionRow.model_id == model.id,
+                                                 VersionRow.number == number)).one_or_none()
+        if row is None:
+            raise self._no_version(s, model, number)
+        return row
+
+    def _record(self, s: Session, name: str, row: VersionRow) -> VersionRecord:
+        aliases = s.scalars(select(AliasRow.alias).where(AliasRow.version_id == row.id)).all()
+        return row.to_record(name, list(aliases))
+
+    def _not_found(self, s: Session, ref: Ref) -> NotFoundError:
+        model = self._model(s, ref.name)
+        if ref.version is not None:
+            return self._no_version(s, model, ref.version)
+        if ref.digest is not None:
+            return NotFoundError(f"model {ref.name!r} has no version with digest {ref.digest}",
+                                 what="digest", name=ref.name)
+        if ref.alias is not None:
+            known = s.scalars(select(AliasRow.alias).where(AliasRow.model_id == model.id)
+                              .order_by(AliasRow.alias)).all()
+            return NotFoundError(f"model {ref.name!r} has no alias {ref.alias!r}", what="alias",
+                                 name=ref.name, hint=f"its aliases: {', '.join(known)}"
+                                 if known else "it has no aliases")
+        count = s.scalar(select(func.count()).select_from(VersionRow)
+                         .where(VersionRow.model_id == model.id))
+        message = (f"every version of model {ref.name!r} is yanked" if count
+                   else f"model {ref.name!r} has no versions")
+        return NotFoundError(message, what="version", name=ref.name)
+
+    # -- publish ----------------------------------------------------------------------------
+
+    def publish(self, name: str, digest: str, manifest_json: str, size: int,
+                blobs: Iterable[tuple[str, int]], *, aliases: Iterable[str] = (),
+                metadata: Mapping[str, Any] | None = None,
+                build: Mapping[str, Any] | None = None,
+                lineage: Iterable[LineageEdge | Mapping | tuple] = (),
+                signatures: Iterable[SignatureRecord | Mapping | tuple[str, str, str]] = (),
+                environment: Mapping[str, Any] | None = None,
+                actor: str, host: str, ref_for_audit: str | None = None,
+                ) -> tuple[VersionRecord, bool]:
+        """Insert a version (next number) with its blobs, lineage, signatures and aliases.
+
+        ``lineage`` items are LineageEdge records or mappings with the same keys; parent edges
+        must name versions already in the registry. ``signatures`` are SignatureRecords or
+        ``signatures.json`` entries. ``build`` and ``environment`` (python/torch/CUDA of the
+        publisher) are informational JSON. Returns ``(version, created)``. Identical content (same digest) already in the model
+        returns the existing version with ``created=False``; requested aliases (and new
+        signatures) are still applied. All in one transaction, audited.
+
+            >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
+            ...                            [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
+            ...                            lineage=[LineageEdge("run", "run-42")],
+            ...                            actor="ana", host="gpu-1")
+            >>> (v.ref, created)
+            ('bert@1', True)
+        """
+        validate_name(name)
+        validate_digest(digest)
+        if not isinstance(size, int) or size < 0:
+            raise UsageError(f"invalid version size {size!r}")
+        blob_sizes = writes.blobs_input(blobs)
+        alias_names = list(dict.fromkeys(validate_alias(a) for a in aliases))
+        edges = writes.lineage_input(lineage)
+        sigs = writes.signatures_input(signatures, digest)
+        metadata_json = json_text(dict(metadata or {}), "version metadata")
+        build_json = json_text(dict(build), "build info") if build is not None else None
+        environment_json = (json_text(dict(environment), "environment")
+                            if environment is not None else None)
+
+        def work(s: Session) -> tuple[VersionRecord, bool]:
+            model = writes.lock_model_for_publish(s, name)
+            row = s.scalars(select(VersionRow).where(VersionRow.model_id == model.id,
+                                                     VersionRow.digest == digest)).one_or_none()
+            created = row is None
+            if row is None:
+                writes.check_parents(s, edges)
+                row = writes.insert_version(
+                    s, model, digest=digest, manifest_json=manifest_json, size=size,
+                    blobs=blob_sizes, edges=edges, metadata_json=metadata_json,
+                    build_json=build_json, environment_json=environment_json, actor=actor)
+                audit_log.append_event(s, "publish", actor=actor, host=host, model=name,
+                                       number=row.number, digest=digest, ref=ref_for_audit,
+                                       details={"size": size, "blobs": len(blob_sizes)})
+            writes.add_signatures(s, row, name, sigs, actor=actor, host=host,
+                                  audit=not created)
+            for alias in alias_names:
+                writes.point_alias(s, model, alias, row, actor=actor, host=host,
+                                   ref=ref_for_audit)
+            return self._record(s, name, row), created
+
+        return self._write(work)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def resolve(self, ref: Ref | str) -> VersionRecord:
+        """The version a ref names: latest non-yanked, number, alias or digest.
+
+            >>> store.resolve(Ref.parse("bert@2")).digest
+            'sha256:...'
+            >>> store.resolve("bert@7")
+            Traceback (most recent call last):
+            NotFoundError: model 'bert' has no version 7 (latest is 3)
+        """
+        ref = Ref.parse(ref) if isinstance(ref, str) else ref
+
+        def work(s: Session) -> VersionRecord:
+            stmt = (select(VersionRow).join(ModelRow, ModelRow.id == VersionRow.model_id)
+                    .where(ModelRow.name == ref.name))
+            if ref.version is not None:
+                stmt = stmt.where(VersionRow.number == ref.version)
+            elif ref.digest is not None:
+                stmt = stmt.where(VersionRow.digest == ref.digest)
+            elif ref.alias is not None:
+                stmt = stmt.join(AliasRow, AliasRow.version_id == VersionRow.id).where(
+                    AliasRow.model_id == ModelRow.id, AliasRow.alias == ref.alias)
+            else:
+                stmt = (stmt.where(VersionRow.status != "yanked")
+                        .order_by(VersionRow.number.desc()).limit(1))
+            row = s.scalars(stmt).first()
+            if row is None:
+                raise self._not_found(s, ref)
+            return self._record(s, ref.name, row)
+
+        return self._read(work)
+
+    def get_manifest(self, name: str, number: int) -> str:
+        """The manifest JSON text of ``name@number``.
+
+            >>> json.loads(store.get_manifest("bert", 1))["format"]
+            1
+        """
+        return self._read(lambda s: self._version(s, self._model(s, name), number).manifest_json)
+
+    def build_info(self, name: str, number: int) -> dict[str, Any] | None:
+        """The informational build record published with a version (``build.json``), if any.
+
+            >>> store.build_info("bert", 1)["tool"]
+            'pt2-registry 0.1.0'
+        """
+        return self._read(lambda s: self._version(s, self._model(s, name), number)
+                          .to_record(name, [], with_manifest=False).build)
+
+    def version_blobs(self, name: str, number: int) -> list[tuple[str, int]]:
+        """``(blob digest, size)`` pairs a version references, sorted by digest.
+
+            >>> store.version_blobs("bert", 1)
+            [('sha256:cdcd...', 10)]
+        """
+        def work(s: Session) -> list[tuple[str, int]]:
+            row = self._version(s, self._model(s, name), number)
+            return [(d, n) for d, n in s.execute(
+                select(VersionBlobRow.blob_digest, VersionBlobRow.size)
+                .where(VersionBlobRow.version_id == row.id)
+                .order_by(VersionBlobRow.blob_digest))]
+
+        return self._read(work)
+
+    def signatures(self, name: str, number: int) -> list[SignatureRecord]:
+        """Signatures recorded for a version, oldest first.
+
+            >>> [s.algorithm for s in store.signatures("bert", 1)]
+            ['ed25519']
+        """
+        def work(s: Session) -> list[SignatureRecord]:
+            row = self._version(s, self._model(s, name), number)
+            return [sig.to_record(row.digest) for sig in s.scalars(
+                select(SignatureRow).where(SignatureRow.version_id == row.id)
+                .order_by(SignatureRow.id))]
+
+        return self._read(work)
+
+    def list_models(self) -> list[ModelRecord]:
+        """Every model with its version count, highest number and aliases, by name.
+
+            >>> [(m.name, m.latest, m.aliases) for m in store.list_models()]
+            [('bert', 3, {'prod': 2})]
+        """
+        def work(s: Session) -> list[ModelRecord]:
+            aliases: dict[str, dict[str, int]] = {}
+            for name, alias, number in s.execute(
+                    select(ModelRow.name, AliasRow.alias, VersionRow.number)
+                    .join(AliasRow, AliasRow.model_id == ModelRow.id)
+                    .join(VersionRow, VersionRow.id == AliasRow.version_id)):
+                aliases.setdefault(name, {})[alias] = number
+            rows = s.execute(
+                select(ModelRow.name, ModelRow.created_at, func.count(VersionRow.id),
+                       func.max(VersionRow.number))
+                .outerjoin(VersionRow, VersionRow.model_id == ModelRow.id)
+                .group_by(ModelRow.id, ModelRow.name, ModelRow.created_at)
+                .order_by(ModelRow.name))
+            return [ModelRecord(name, count, latest, dict(sorted(aliases.get(name, {}).items())),
+                                parse_ts(created)) for name, created, count, latest in rows]
+
+        return self._read(work)
+
+    def list_versions(self, name: str) -> list[VersionRecord]:
+        """Every version of a model by number, without manifests (``manifest_json`` None).
+
+            >>> [(v.number, v.status, v.aliases) for v in store.list_versions("bert")]
+            [(1, 'active', []), (2, 'active', ['prod'])]
+        """
+        def work(s: Session) -> list[VersionRecord]:
+            model = self._model(s, name)
+            aliases: dict[int, list[str]] = {}
+            for vid, alias in s.execute(select(AliasRow.version_id, AliasRow.alias)
+                                        .where(AliasRow.model_id == model.id)):
+                aliases.setdefault(vid, []).append(alias)
+            rows = s.scalars(select(VersionRow).options(defer(VersionRow.manifest_json))
+                             .where(VersionRow.model_id == model.id)
+                             .order_by(VersionRow.number))
+            return [r.to_record(name, aliases.get(r.id, []), with_manifest=False) for r in rows]
+
+        return self._read(work)
+
+    def aliases(self, name: str) -> list[AliasRecord]:
+        """Where each alias of a model points now, by alias name.
+
+            >>> [(a.alias, a.number) for a in store.aliases("bert")]
+            [('prod', 2)]
+        """
+        def work(s: Session) -> list[AliasRecord]:
+            model = self._model(s, name)
+            rows = s.execute(select(AliasRow, VersionRow.number, VersionRow.digest)
+                             .join(VersionRow, VersionRow.id == AliasRow.version_id)
+                             .where(AliasRow.model_id == model.id).order_by(AliasRow.alias))
+            return [AliasRecord(name, a.alias, number, digest, parse_ts(a.updated_at),
+                                a.updated_by) for a, number, digest in rows]
+
+        return self._read(work)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def set_alias(self, name: str, alias: str, number: int, *, actor: str, host: str,
+                  ref_for_audit: str | None = None) -> AliasRecord:
+        """Point ``alias`` at ``name@number`` (audited as alias.set or alias.move).
+
+            >>> store.set_alias("bert", "prod", 2, actor="ana", host="laptop").number
+            2
+        """
+        validate_alias(alias)
+
+        def work(s: Session) -> AliasRecord:
+            model = self._model(s, name, lock=True)
+            version = self._version(s, model, number)
+            row = writes.point_alias(s, model, alias, version, actor=actor, host=host,
+                                     ref=ref_for_audit)
+            return AliasRecord(name, alias, version.number, version.digest,
+                               parse_ts(row.updated_at), row.updated_by)
+
+        return self._write(work)
+
+    def remove_alias(self, name: str, alias: str, *, actor: str, host: str) -> AliasRecord:
+        """Delete an alias; returns where it pointed. NotFoundError if it does not exist.
+
+            >>> store.remove_alias("bert", "staging", actor="ana", host="laptop").number
+            3
+        """
+        def work(s: Session) -> AliasRecord:
+            model = self._model(s, name, lock=True)
+            row = s.scalars(select(AliasRow).where(AliasRow.model_id == model.id,
+                                                   AliasRow.alias == alias)).one_or_none()
+            if row is None:
+                raise NotFoundError(f"model {name!r} has no alias {alias!r}", what="alias",
+                                    name=name)
+            version = s.get_one(VersionRow, row.version_id)
+            record = AliasRecord(name, alias, version.number, version.digest,
+                                 parse_ts(row.updated_at), row.updated_by)
+            s.delete(row)
+            audit_log.append_event(s, "alias.remove", actor=actor, host=host, model=name,
+                               number=version.number, digest=version.digest,
+                               details={"alias": alias})
+            return record
+
+        return self._write(work)
+
+    def set_status(self, name: str, number: int, status: str, reason: str | None, *,
+                   actor: str, host: str) -> VersionRecord:
+        """Deprecate, yank or restore (``active``) a version, with a reason; audited.
+
+            >>> store.set_status("bert", 2, "yanked", "bad accuracy", actor="ana",
+            ...                  host="laptop").status
+            'yanked'
+        """
+        if status not in STATUSES:
+            raise UsageError(f"unknown status {status!r}", hint=f"one of {', '.join(STATUSES)}")
+        reason = (reason or "").strip() or None
+        if status != "active" and reason is None:
+            raise UsageError(f"a reason is required to mark a version {status}")
+
+        def work(s: Session) -> VersionRecord:
+            model = self._model(s, name, lock=True)
+            row = self._version(s, model, number)
+            if (row.status, row.status_reason) != (status, reason):
+                row.status, row.status_reason = status, reason
+                row.status_by, row.status_at = actor, now_text()
+                audit_log.append_event(s, _STATUS_ACTIONS[status], actor=actor, host=host,
+                                   model=name, number=number, digest=row.digest,
+                                   details={"reason": reason})
+            return self._record(s, name, row)
+
+        return self._write(work)
+
+    def alias_at(self, name: str, alias: str, when: datetime) -> int | None:
+        """The version number ``alias`` pointed to at ``when`` (None: it did not exist then).
+
+        Answered from the audit log; naive datetimes are taken as UTC.
+
+            >>> store.alias_at("bert", "prod", datetime(2026, 11, 22, tzinfo=timezone.utc))
+            1
+        """
+        def work(s: Session) -> int | None:
+            self._model(s, name)
+            return audit_log.alias_at(s, name, alias, when)
+
+        return self._read(work)
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def record_event(self, action: str, *, actor: str, host: str, model: str | None = None,
+                     number: int | None = None, digest: str | None = None,
+                     ref: str | None = None, details: Mapping[str, Any] | None = None,
+                     ) -> AuditEvent:
+        """Append an event that has no state change of its own (pull, load, gc.delete).
+
+            >>> store.record_event("pull", actor="svc", host="inf-3", model="bert", number=2,
+            ...                    ref="bert@prod").seq
+            7
+        """
+        if not isinstance(action, str) or not action or len(action) > 32:
+            raise UsageError(f"invalid audit action {action!r}")
+        if details is not None:
+            json_text(dict(details), "audit details")
+        return self._write(lambda s: audit_log.append_event(
+            s, action, actor=actor, host=host, model=model, number=number, digest=digest,
+            ref=ref, details=details).to_record())
+
+    def events(self, model: str | None = None, since: datetime | None = None
+               ) -> list[AuditEvent]:
+        """Audit events in chain order, optionally of one model and at or after ``since``.
+
+            >>> [e.action for e in store.events(model="bert")]
+            ['publish', 'alias.set', 'pull']
+        """
+        stmt = select(AuditEventRow).order_by(AuditEventRow.seq)
+        if model is not None:
+            stmt = stmt.where(AuditEventRow.model == model)
+        if since is not None:
+            stmt = stmt.where(AuditEventRow.ts >= format_ts(since))
+        return self._read(lambda s: [row.to_record() for row in s.scalars(stmt)])
+
+    def verify_audit_chain(self) -> ChainVerdict:
+        """Re-walk the whole chain: ``(ok, first_bad_seq, reason)``.
+
+            >>> store.verify_audit_chain()
+            ChainVerdict(ok=True, first_bad_seq=None, reason='7 events, chain intact')
+        """
+        return self._read(audit_log.verify)
+
+    # -- lineage ----------------------------------------------------------------------------
+
+    def _start_id(self, s: Session, name: str, number: int) -> int:
+        return self._version(s, self._model(s, name), number).id
+
+    def ancestors(self, name: str, number: int) -> list[LineageNode]:
+        """The version (depth 0) and every version it derives from, nearest first.
+
+            >>> [(n.ref, n.depth) for n in store.ancestors("distil", 1)]
+            [('distil@1', 0), ('bert@2', 1), ('bert@1', 2)]
+        """
+        return self._read(lambda s: graph.nodes(
+            s, graph.walk(s, [self._start_id(s, name, number)], graph.parent_ids)))
+
+    def descendants(self, name: str, number: int) -> list[LineageNode]:
+        """The version (depth 0) and every version derived from it, nearest first.
+
+            >>> [n.ref for n in store.descendants("bert", 1)]
+            ['bert@1', 'bert@2', 'distil@1']
+        """
+        return self._read(lambda s: graph.nodes(
+            s, graph.walk(s, [self._start_id(s, name, number)], graph.child_ids)))
+
+    def versions_from_dataset(self, uri: str, *, digest: str | None = None
+                              ) -> list[LineageNode]:
+        """Versions trained on ``uri`` (depth 0) and all versions derived from them, with the
+        aliases pointing at each now. Empty when nothing used the dataset.
+
+            >>> [(n.ref, n.aliases) for n in store.versions_from_dataset("s3://d/train")]
+            [('bert@1', []), ('bert@2', ['prod']), ('distil@1', [])]
+        """
+        if digest is not None:
+            validate_digest(digest)
+        return self._read(lambda s: graph.nodes(
+            s, graph.walk(s, graph.dataset_ids(s, uri, digest), graph.child_ids)))
+
+    # -- crash-safe gc ----------------------------------------------------------------------
+
+    def begin_pending(self, blobs: Iterable[str], host: str, pid: int) -> int:
+        """Claim blobs a publish is uploading, so gc spares them; returns the claim id.
+
+            >>> claim = store.begin_pending(["sha256:cdcd..."], "gpu-1", 4242)
+        """
+        digests = sorted({validate_digest(d) for d in blobs})
+
+        def work(s: Session) -> int:
+            now = now_text()
+            row = PendingPushRow(host=host, pid=pid, started_at=now, heartbeat_at=now,
+                                 blobs_json=json_text(digests, "blobs"))
+            s.add(row)
+            s.flush()
+            return row.id
+
+        return self._write(work)
+
+    def heartbeat_pending(self, claim_id: int) -> bool:
+        """Refresh a claim; False if it is gone (gc expired it), so the publisher knows.
+
+            >>> store.heartbeat_pending(claim)
+            True
+        """
+        return self._write(lambda s: s.execute(
+            update(PendingPushRow).where(PendingPushRow.id == claim_id)
+            .values(heartbeat_at=now_text())).rowcount == 1)
+
+    def end_pending(self, claim_id: int) -> None:
+        """Release a claim (idempotent).
+
+            >>> store.end_pending(claim)
+        """
+        self._write(lambda s: s.execute(delete(PendingPushRow)
+                                        .where(PendingPushRow.id == claim_id)))
+
+    def pending_claims(self) -> list[PendingPush]:
+        """Every open claim, oldest first; gc judges staleness by ``heartbeat_at``.
+
+            >>> [p.pid for p in store.pending_claims()]
+            [4242]
+        """
+        return self._read(lambda s: [row.to_record() for row in s.scalars(
+            select(PendingPushRow).order_by(PendingPushRow.id))])
+
+    def referenced_blobs(self) -> set[str]:
+        """Digests of every blob some version references (gc must keep them).
+
+            >>> "sha256:cdcd..." in store.referenced_blobs()
+            True
+        """
+        return self._read(lambda s: set(s.scalars(select(VersionBlobRow.blob_digest)
+                                                  .distinct())))

@@ -1,0 +1,177 @@
+"""Row writes shared by publish and the lifecycle commands, each inside a store transaction.
+
+Validation of caller input happens before a transaction opens (``*_input`` functions), so a
+retried transaction never re-validates and a bad argument never touches the database.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from ..errors import ConflictError, NotFoundError, UsageError
+from ..refs import validate_digest
+from .audit_log import append_event
+from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, SignatureRow, VersionBlobRow,
+                  VersionRow, json_text, now_text)
+from .records import LineageEdge, SignatureRecord
+
+__all__ = ["lineage_input", "blobs_input", "signatures_input", "lock_model_for_publish",
+           "check_parents", "insert_version", "add_signatures", "point_alias"]
+
+
+def _edge(item: LineageEdge | Mapping | tuple) -> LineageEdge:
+    edge = item if isinstance(item, LineageEdge) else (
+        LineageEdge(**item) if isinstance(item, Mapping) else LineageEdge(*item))
+    if edge.kind not in LINEAGE_KINDS:
+        raise UsageError(f"unknown lineage kind {edge.kind!r}",
+                         hint=f"one of {', '.join(LINEAGE_KINDS)}")
+    if not isinstance(edge.value, str) or not edge.value:
+        raise UsageError(f"lineage {edge.kind} edge has an empty value")
+    if edge.digest is not None:
+        validate_digest(edge.digest)
+    elif edge.kind == "parent":
+        raise UsageError(f"parent {edge.value!r} needs its version digest")
+    return edge
+
+
+def lineage_input(items: Iterable[LineageEdge | Mapping | tuple]) -> list[LineageEdge]:
+    """Validated, de-duplicated edges; accepts records, mappings or tuples."""
+    unique: dict[tuple, LineageEdge] = {}
+    for edge in map(_edge, items):
+        key = (edge.kind, edge.value, edge.digest, json_text(edge.extra, "lineage extra"))
+        unique.setdefault(key, edge)
+    return list(unique.values())
+
+
+def blobs_input(blobs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """``{digest: size}``; the same digest twice with two sizes is a usage error."""
+    found: dict[str, int] = {}
+    for digest, size in blobs:
+        validate_digest(digest)
+        if not isinstance(size, int) or size < 0:
+            raise UsageError(f"blob {digest} has an invalid size {size!r}")
+        if found.setdefault(digest, size) != size:
+            raise UsageError(f"blob {digest} listed with two sizes ({found[digest]} and {size})")
+    return found
+
+
+def _signature(item: SignatureRecord | Mapping | tuple) -> SignatureRecord:
+    if isinstance(item, SignatureRecord):
+        return item
+    if isinstance(item, Mapping):
+        return SignatureRecord(item.get("key_id"), item.get("algorithm"), item.get("signature"),
+                               digest=item.get("digest"))
+    return SignatureRecord(*item)
+
+
+def signatures_input(items: Iterable[SignatureRecord | Mapping | tuple], digest: str
+                     ) -> list[SignatureRecord]:
+    """Signature records from records, ``signatures.json`` entries (mappings) or
+    ``(key_id, algorithm, signature_b64)`` tuples; each must sign ``digest`` if it names one."""
+    sigs = [_signature(item) for item in items]
+    for sig in sigs:
+        if not all(isinstance(v, str) and v for v in (sig.key_id, sig.algorithm, sig.signature)):
+            raise UsageError(f"incomplete signature {sig!r}")
+        if sig.digest is not None and sig.digest != digest:
+            raise UsageError(f"the signature by {sig.key_id} is for {sig.digest}, "
+                             f"not for this version ({digest})")
+    return sigs
+
+
+def lock_model_for_publish(session: Session, name: str) -> ModelRow:
+    """The model row, created if missing, locked until commit (PostgreSQL row lock; SQLite's
+    write transaction already excludes other writers)."""
+    stmt = select(ModelRow).where(ModelRow.name == name).with_for_update()
+    row = session.scalars(stmt).one_or_none()
+    if row is None:
+        # Two first publishers race to create the model: one inserts, the other waits for it
+        # and then finds the row instead of failing on the unique name.
+        dialect = session.get_bind().dialect.name
+        insert = pg_insert if dialect == "postgresql" else sqlite_insert
+        session.execute(insert(ModelRow).values(name=name, created_at=now_text())
+                        .on_conflict_do_nothing(index_elements=["name"]))
+        row = session.scalars(stmt).one()
+    return row
+
+
+def check_parents(session: Session, edges: list[LineageEdge]) -> None:
+    """NotFoundError unless every parent edge's digest is a version in this registry."""
+    wanted = {e.digest: e.value for e in edges if e.kind == "parent"}
+    if not wanted:
+        return
+    known = set(session.scalars(select(VersionRow.digest)
+                                .where(VersionRow.digest.in_(list(wanted)))))
+    for digest, value in wanted.items():
+        if digest not in known:
+            raise NotFoundError(f"parent {value} ({digest}) is not in this registry",
+                                what="digest")
+
+
+def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_json: str,
+                   size: int, blobs: dict[str, int], edges: list[LineageEdge],
+                   metadata_json: str, build_json: str | None, environment_json: str | None,
+                   actor: str) -> VersionRow:
+    """Insert the next version of a locked model with its blobs and lineage edges."""
+    latest = session.scalar(select(func.max(VersionRow.number))
+                            .where(VersionRow.model_id == model.id))
+    row = VersionRow(model_id=model.id, number=(latest or 0) + 1, digest=digest,
+                     manifest_json=manifest_json, size=size, status="active",
+                     created_at=now_text(), created_by=actor, build_json=build_json,
+                     environment_json=environment_json, metadata_json=metadata_json)
+    session.add(row)
+    session.flush()
+    session.add_all(VersionBlobRow(version_id=row.id, blob_digest=d, size=n)
+                    for d, n in blobs.items())
+    session.add_all(LineageRow(version_id=row.id, kind=e.kind, value=e.value, digest=e.digest,
+                               extra_json=json_text(e.extra, "lineage extra")
+                               if e.extra else None)
+                    for e in edges)
+    return row
+
+
+def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[SignatureRecord],
+                   *, actor: str, host: str, audit: bool) -> None:
+    """Add signatures by keys not yet recorded; ``audit`` a ``sign`` event for each (used when
+    signing an existing version; a new version's publish event covers its signatures)."""
+    have = set(session.scalars(select(SignatureRow.key_id)
+                               .where(SignatureRow.version_id == row.id)))
+    for sig in sigs:
+        if sig.key_id in have:
+            continue
+        have.add(sig.key_id)
+        session.add(SignatureRow(version_id=row.id, key_id=sig.key_id, algorithm=sig.algorithm,
+                                 signature=sig.signature, created_at=now_text()))
+        if audit:
+            append_event(session, "sign", actor=actor, host=host, model=name,
+                         number=row.number, digest=row.digest,
+                         details={"key_id": sig.key_id, "algorithm": sig.algorithm})
+
+
+def point_alias(session: Session, model: ModelRow, alias: str, version: VersionRow, *,
+                actor: str, host: str, ref: str | None) -> AliasRow:
+    """Create or move an alias (audited alias.set / alias.move); a no-op if already there."""
+    if version.status == "yanked":
+        raise ConflictError(f"cannot point {alias!r} at {model.name}@{version.number}: it is "
+                            f"yanked ({version.status_reason})")
+    row = session.scalars(select(AliasRow).where(AliasRow.model_id == model.id,
+                                                 AliasRow.alias == alias)).one_or_none()
+    if row is not None and row.version_id == version.id:
+        return row
+    details: dict[str, Any] = {"alias": alias}
+    if row is None:
+        row = AliasRow(model_id=model.id, alias=alias, version_id=version.id)
+        session.add(row)
+        action = "alias.set"
+    else:
+        details["from"] = session.scalar(select(VersionRow.number)
+                                         .where(VersionRow.id == row.version_id))
+        row.version_id = version.id
+        action = "alias.move"
+    row.updated_at, row.updated_by = now_text(), actor
+    append_event(session, action, actor=actor, host=host, model=model.name,
+                 number=version.number, digest=version.digest, ref=ref, details=details)
+    return row
