@@ -25,8 +25,9 @@ class Settings:
 
     @property
     def embedded_db(self) -> bool:
-        """True for the default SQLite file under home (created and migrated automatically)."""
-        return self.db_url == f"sqlite:///{self.home / 'registry.db'}"
+        """True for SQLite: a fresh file is created at head automatically. A shared server
+        database (PostgreSQL) is never created or migrated without `pt2reg db upgrade`."""
+        return self.db_url.startswith("sqlite")
 
     @property
     def cache_dir(self) -> Path:

@@ -3,4 +3,5 @@ pytest_plugins = [
     "tests.fixtures_pt2",
     "tests.services_pg",
     "tests.services_s3",
+    "tests.fixtures_registry",
 ]

@@ -1,0 +1,299 @@
+"""``pt2reg target``, ``pt2reg verify`` and ``pt2reg run``: the loader on the command line.
+
+Exit codes follow the contract: 0 ok, 2 usage, 3 not found, 4 incompatible (including inputs
+that do not match the signature), 5 integrity/safety (e.g. pickled members without
+``--trust-pickle``), 1 anything else -- including ``run --samples`` when a sample's outputs are
+outside tolerance (the bundle loaded and ran, but its numbers differ on this target).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import cli
+from ._core import App, emit_json, pass_app, warn
+
+__all__ = ["target", "verify", "run"]
+
+_IMPORT_HELP = "Import a module that registers custom ops first (repeatable)."
+_LIBRARY_HELP = "Load a compiled custom-op library first (repeatable)."
+_SIGNATURE_HELP = "Require a valid signature by this public key (repeatable)."
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output is read by scripts and grep: do not wrap lines at 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _materialize(app: App, source: str) -> Any:
+    from ..errors import NotFoundError
+    from ..inspection import looks_like_file
+    from ..sources import materialize_file
+
+    if looks_like_file(source):
+        if not os.path.exists(source):
+            raise NotFoundError(f"{source}: no such file", what="file", name=source)
+        return materialize_file(source, app.settings.cache_dir)
+    return app.registry.materialize(source)
+
+
+def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> None:
+    if not pubkeys:
+        return
+    try:
+        from ..signing import require_signature
+    except ImportError as exc:
+        from ..errors import UsageError
+
+        raise UsageError("signature checking is not available yet") from exc
+    require_signature(src, list(pubkeys))
+
+
+def _target_for(src: Any, device: str | None, target_file: str | None, imports: tuple[str, ...],
+                libraries: tuple[str, ...]) -> Any:
+    from ..loader import needs_cpu_isa
+    from ..target import Target
+    from ..target_probe import probe
+
+    if target_file:
+        from ..torchrt import import_modules, load_libraries
+
+        load_libraries(list(libraries))
+        import_modules(list(imports))
+        return Target.load(target_file)
+    return probe(device, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
+
+
+def _target_line(t: Any) -> str:
+    cc = f" sm_{t.compute_capability[0]}{t.compute_capability[1]}" if t.compute_capability else ""
+    where = " ".join(p for p in (t.platform, t.machine, t.cpu_isa) if p)
+    gpu = f", CUDA {t.cuda_version}" if t.cuda_version else (f", ROCm {t.rocm_version}" if t.rocm_version else "")
+    return (f"torch {t.torch_version} (serde {t.serde_schema[0]}.{t.serde_schema[1]}){gpu}, "
+            f"{t.device_type}{cc}{', ' + where if where else ''}, {len(t.custom_ops)} custom ops")
+
+
+# ---------------------------------------------------------------------------------------- target
+
+@cli.command("target")
+@click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
+@click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
+@click.option("--device", metavar="DEV", help="Device to describe (default: cuda:0 if available, else cpu).")
+@click.option("--json", "as_json", is_flag=True, help="Print the target as JSON (save it for --target).")
+def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | None, as_json: bool) -> None:
+    """Describe this machine: torch, serializer, device, compute capability, registered ops.
+
+    \b
+    Capture an inference box once and check bundles against it from anywhere:
+      pt2reg target --device cuda:0 --import mylib.ops --json > box.json
+      pt2reg verify team/model@prod --target box.json
+    """
+    from ..target_probe import probe
+
+    t = probe(device, imports, libraries)
+    if as_json:
+        emit_json(t.to_json())
+        return
+    from rich.table import Table
+
+    out = _console()
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    cc = t.compute_capability
+    for key, value in (("torch", t.torch_version), ("serde schema", f"{t.serde_schema[0]}.{t.serde_schema[1]}"),
+                       ("device type", t.device_type), ("compute capability", f"{cc[0]}.{cc[1]}" if cc else "-"),
+                       ("CUDA", t.cuda_version or "-"), ("ROCm", t.rocm_version or "-"),
+                       ("platform", f"{t.platform or '-'} {t.machine or ''}".strip()), ("CPU ISA", t.cpu_isa or "-"),
+                       ("TorchBind classes", str(len(t.torchbind_classes)))):
+        table.add_row(key, value)
+    namespaces: dict[str, int] = {}
+    for op in t.custom_ops:
+        ns = op.split("::", 1)[0]
+        namespaces[ns] = namespaces.get(ns, 0) + 1
+    table.add_row("custom ops", f"{len(t.custom_ops)}: " + ", ".join(
+        f"{ns} ({n})" for ns, n in sorted(namespaces.items(), key=lambda kv: (-kv[1], kv[0]))))
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------------------- verify
+
+@cli.command()
+@click.argument("source", metavar="BUNDLE|REF")
+@click.option("--device", metavar="DEV", help="Device to check for (default: the target's device type; "
+              "without --target, cuda:0 if available, else cpu).")
+@click.option("--target", "target_file", metavar="FILE.json", type=click.Path(dir_okay=False),
+              help="Check against a machine described in a file (`pt2reg target --json`) instead of this one.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
+@click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
+@click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document with \"compatible\".")
+@pass_app
+def verify(app: App, source: str, device: str | None, target_file: str | None, imports: tuple[str, ...],
+           libraries: tuple[str, ...], pubkeys: tuple[str, ...], as_json: bool) -> None:
+    """Check that a bundle can run on a target, without loading it; report every finding.
+
+    Checks the serializer version, torch requirement, device type, hardware dtypes (bf16/fp8),
+    custom ops (registered, same schema, kernel for the device), TorchBind classes, AOTInductor
+    targets and baked devices, and picks the variant each program would load. Exit 0 when
+    compatible, 4 when not.
+    """
+    from ..errors import IncompatibleError
+    from ..loader import verify_bundle
+
+    src = _materialize(app, source)
+    _require_signature(src, pubkeys)
+    t = _target_for(src, device, target_file, imports, libraries)
+    report = verify_bundle(src, device=device, target=t)
+    if as_json:
+        emit_json({**report.to_json(), "digest": src.digest, "device": device or t.device_type,
+                   "target": t.summary()})
+    else:
+        _print_report(src, t, device or t.device_type, report)
+    if not report.compatible:
+        errors = report.errors
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise IncompatibleError(f"not compatible: {errors[0].message}{more}", findings=list(report.findings))
+
+
+def _print_report(src: Any, t: Any, device: str, report: Any) -> None:
+    from rich.table import Table
+
+    out = _console()
+    out.print(f"[bold]{src.label or src.digest}[/bold]  {src.digest}")
+    out.print(f"target: {_target_line(t)}; device {device}")
+    variants = Table(title="variants", title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for col in ("program", "variant", "why"):
+        variants.add_column(col)
+    for name, (vid, why) in report.choices.items():
+        variants.add_row(name, vid or "[red]none[/red]", why)
+    out.print(variants)
+    if report.findings:
+        table = Table(title="findings", title_justify="left", box=None, pad_edge=False, header_style="bold")
+        for col in ("", "code", "program", "finding", "fix"):
+            table.add_column(col)
+        for f in report.findings:
+            sev = "[red]error[/red]" if f.severity == "error" else "[yellow]warning[/yellow]"
+            table.add_row(sev, f.code, f.program or "-", f.message, f.fix)
+        out.print(table)
+    verdict = "[green]compatible[/green]" if report.compatible else "[red]not compatible[/red]"
+    out.print(f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)")
+
+
+# ---------------------------------------------------------------------------------------- run
+
+@cli.command()
+@click.argument("source", metavar="BUNDLE|REF")
+@click.option("--program", metavar="NAME", help="Program to run (needed with --inputs when there are several).")
+@click.option("--device", metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
+@click.option("--inputs", "inputs_file", metavar="FILE.pt", type=click.Path(dir_okay=False),
+              help="Inputs: a tuple of tensors saved with torch.save (read with weights_only=True).")
+@click.option("--output", "output_file", metavar="FILE.pt", type=click.Path(dir_okay=False),
+              help="Write the outputs (a tuple of tensors) here, atomically.")
+@click.option("--samples", is_flag=True, help="Run the golden samples and print max abs/rel error per output.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
+@click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
+@click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
+@click.option("--trust-pickle", is_flag=True, help="Allow programs whose files hold pickled data.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def run(app: App, source: str, program: str | None, device: str | None, inputs_file: str | None,
+        output_file: str | None, samples: bool, imports: tuple[str, ...], libraries: tuple[str, ...],
+        pubkeys: tuple[str, ...], trust_pickle: bool, as_json: bool) -> None:
+    """Verify, load and run a bundle on this machine.
+
+    \b
+    --inputs FILE.pt [--output FILE.pt]   run one program on your inputs
+    --samples                             self-test on the golden samples
+
+    Inputs are checked against the signature before the graph runs (exit 4 naming the input,
+    dim and allowed range). Exit 1 when a sample is outside tolerance.
+    """
+    from ..errors import RegistryError, UsageError
+    from ..loader import load_bundle, save_outputs
+    from ..target_probe import default_device
+
+    if not inputs_file and not samples:
+        raise UsageError("nothing to run", hint="pass --inputs FILE.pt or --samples")
+    if output_file and not inputs_file:
+        raise UsageError("--output needs --inputs")
+    src = _materialize(app, source)
+    _require_signature(src, pubkeys)
+    names = list(src.manifest.programs)
+    if program is not None and program not in names:
+        raise UsageError(f"bundle has no program {program!r}; programs: {', '.join(names)}")
+    if inputs_file and program is None:
+        if len(names) != 1:
+            raise UsageError(f"the bundle has programs {', '.join(names)}", hint="pass --program NAME")
+        program = names[0]
+    value = None
+    if inputs_file:
+        from ..torchrt import load_inputs_file
+
+        value = load_inputs_file(inputs_file)
+    t = _target_for(src, device, None, imports, libraries)
+    device = device or default_device()
+    bundle = load_bundle(src, device=device, target=t, trust_pickle=trust_pickle,
+                         programs=[program] if program else None)
+    doc: dict[str, Any] = {"digest": src.digest, "device": device,
+                           "variants": {n: bundle[n].variant.id for n in bundle}}
+    if value is not None:
+        outputs = bundle[program].run(value)  # type: ignore[index]
+        if output_file:
+            save_outputs(output_file, outputs)
+        doc["program"] = program
+        doc["outputs"] = [{"index": i, "dtype": str(o.dtype).removeprefix("torch."), "shape": list(o.shape)}
+                          for i, o in enumerate(outputs)]
+        doc["output_file"] = output_file
+    results = bundle.run_samples() if samples else []
+    if samples:
+        doc["samples"] = [r.to_json() for r in results]
+        doc["ok"] = all(r.ok for r in results)
+    if as_json:
+        emit_json(doc)
+    else:
+        _print_run(doc, results)
+    if samples and not results:
+        warn("the bundle has no golden samples for the selected program(s)")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise RegistryError(f"{len(bad)} of {len(results)} sample(s) failed, first {bad[0].name}: "
+                            + (bad[0].error or "outputs outside tolerance"))
+
+
+def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
+    from rich.table import Table
+
+    out = _console()
+    out.print(f"{doc['digest']} on {doc['device']}: " + ", ".join(f"{n} -> {v}" for n, v in doc["variants"].items()))
+    if "outputs" in doc:
+        table = Table(title=f"outputs of {doc['program']}", title_justify="left", box=None, pad_edge=False,
+                      header_style="bold")
+        for col in ("#", "dtype", "shape"):
+            table.add_column(col)
+        for o in doc["outputs"]:
+            table.add_row(str(o["index"]), o["dtype"], str(o["shape"]))
+        out.print(table)
+        if doc.get("output_file"):
+            out.print(f"wrote {doc['output_file']}")
+    if results:
+        table = Table(title="samples", title_justify="left", box=None, pad_edge=False, header_style="bold")
+        for col in ("sample", "program", "variant", "output", "max abs", "max rel", "tolerance", ""):
+            table.add_column(col)
+        for r in results:
+            tol = f"rtol {r.rtol:g} atol {r.atol:g}"
+            if r.error:
+                table.add_row(r.name, r.program, r.variant, "-", "-", "-", tol, f"[red]{r.error}[/red]")
+            for o in r.outputs:
+                table.add_row(r.name, r.program, r.variant, str(o["output"]), _num(o.get("max_abs")),
+                              _num(o.get("max_rel")), tol, "[green]ok[/green]" if o["ok"] else
+                              f"[red]FAIL[/red] {o.get('detail', '')}".rstrip())
+        out.print(table)
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None else f"{v:.3g}"

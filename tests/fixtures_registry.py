@@ -1,0 +1,151 @@
+"""Registry setups for CLI-level tests: the same tests run on every backend combination.
+
+- ``local``: SQLite file + local blob directory (the embedded default, zero services)
+- ``moto``: SQLite + S3 served by moto's threaded server (reachable from CLI subprocesses)
+- ``team``: real PostgreSQL + real SeaweedFS S3 (the integration tier)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.fixtures_pt2 import run_cli
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+_FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+             "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+             "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+
+
+@dataclass
+class RegistryEnv:
+    kind: str
+    home: Path
+    db: str
+    store: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cli(self, *args: str, home: Path | None = None, timeout: float = 300):
+        env = {**self.env, "PT2REG_HOME": str(home or self.home), "PT2REG_DB": self.db,
+               "PT2REG_STORE": self.store}
+        return run_cli(*args, env=env, timeout=timeout)
+
+    def s3_client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"],
+                            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
+                            region_name="us-east-1")
+
+    def blob_location(self, digest: str) -> tuple[str, str] | Path:
+        hexd = digest.split(":", 1)[1]
+        rel = f"blobs/sha256/{hexd[:2]}/{hexd}"
+        if self.store.startswith("file://"):
+            return Path(self.store[len("file://"):]) / rel
+        bucket, _, prefix = self.store[len("s3://"):].partition("/")
+        return bucket, f"{prefix}/{rel}" if prefix else rel
+
+    def corrupt_blob(self, digest: str) -> None:
+        loc = self.blob_location(digest)
+        if isinstance(loc, Path):
+            os.chmod(loc, 0o644)
+            data = bytearray(loc.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            loc.write_bytes(bytes(data))
+        else:
+            client = self.s3_client()
+            body = bytearray(client.get_object(Bucket=loc[0], Key=loc[1])["Body"].read())
+            body[len(body) // 2] ^= 0xFF
+            client.put_object(Bucket=loc[0], Key=loc[1], Body=bytes(body))
+
+    def put_orphan(self, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        loc = self.blob_location(digest)
+        if isinstance(loc, Path):
+            loc.parent.mkdir(parents=True, exist_ok=True)
+            loc.write_bytes(data)
+        else:
+            self.s3_client().put_object(Bucket=loc[0], Key=loc[1], Body=data)
+        return digest
+
+    def blob_exists(self, digest: str) -> bool:
+        loc = self.blob_location(digest)
+        if isinstance(loc, Path):
+            return loc.exists()
+        resp = self.s3_client().list_objects_v2(Bucket=loc[0], Prefix=loc[1])
+        return resp.get("KeyCount", 0) > 0
+
+
+def make_env(kind: str, tmp: Path, request: pytest.FixtureRequest) -> RegistryEnv:
+    home = tmp / "home"
+    if kind == "local":
+        return RegistryEnv(kind, home, f"sqlite:///{tmp / 'registry.db'}", f"file://{tmp / 'store'}")
+    if kind == "moto":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        reg = RegistryEnv(kind, home, f"sqlite:///{tmp / 'registry.db'}", "",
+                          {**_FAKE_AWS, "AWS_ENDPOINT_URL": endpoint})
+        bucket = f"b-{uuid.uuid4().hex[:12]}"
+        reg.s3_client().create_bucket(Bucket=bucket)
+        reg.store = f"s3://{bucket}/reg"
+        return reg
+    if kind == "team":
+        pg = request.getfixturevalue("pg_db_url")
+        s3 = request.getfixturevalue("seaweed_s3")
+        return RegistryEnv(kind, home, pg, f"s3://{s3.new_bucket()}/team", dict(s3.env))
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=["local", "moto", pytest.param("team", marks=pytest.mark.integration)])
+def reg_env(request: pytest.FixtureRequest, tmp_path: Path) -> RegistryEnv:
+    reg = make_env(request.param, tmp_path, request)
+    if reg.kind != "local":  # shared databases are never migrated silently
+        r = reg.cli("db", "upgrade")
+        assert r.returncode == 0, r.stderr
+    return reg
+
+
+@pytest.fixture(scope="session")
+def bundles(pt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``ed``: encoder/decoder with samples; ``v0``..``v5``: six distinct small bundles."""
+    from registry.bundler import ProgramInput, SampleInput, build_bundle
+
+    out = tmp_path_factory.mktemp("bundles")
+    made = {}
+    build_bundle(out / "ed.pt2b", [ProgramInput("encoder", pt2_dir / "encoder.pt2"),
+                                   ProgramInput("decoder", pt2_dir / "decoder.pt2")],
+                 samples=[SampleInput("encoder", pt2_dir / "encoder_inputs.pt"),
+                          SampleInput("decoder", pt2_dir / "decoder_inputs.pt")],
+                 metadata={"owner": "nlp"})
+    made["ed"] = out / "ed.pt2b"
+    for i in range(6):
+        build_bundle(out / f"v{i}.pt2b", [ProgramInput("decoder", pt2_dir / "decoder.pt2")],
+                     metadata={"variant": str(i)})
+        made[f"v{i}"] = out / f"v{i}.pt2b"
+    return made
