@@ -7,7 +7,8 @@ from typing import IO, Any, Iterator
 
 from .constants import CHUNK_SIZE
 
-__all__ = ["canonical_json", "sha256_bytes", "sha256_stream", "digest_of_bytes", "hex_of", "HashingReader"]
+__all__ = ["canonical_json", "sha256_bytes", "sha256_stream", "digest_of_bytes", "hex_of", "iter_chunks",
+           "HashingReader"]
 
 
 def canonical_json(value: Any) -> bytes:

@@ -1,0 +1,252 @@
+"""The blob store interface: content-addressed, write-once, verified on the way in and out.
+
+A blob is named by the sha256 of its bytes (``sha256:<64 hex>``) and lives at
+``blobs/sha256/<first 2 hex>/<64 hex>`` under the store's root (a directory or an S3 prefix)::
+
+    >>> store = open_blob_store("file:///srv/pt2reg")
+    >>> store.put_bytes(b"hi", "sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4")
+    True
+
+This module also holds the stream adapters every backend shares: ``VerifyingReader`` (hashes
+what is uploaded and refuses to finish when the bytes do not match the digest),
+``HashingWriter`` (hashes what is downloaded, strictly in order) and ``atomic_download``.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Iterator, Protocol, runtime_checkable
+
+from ..errors import IntegrityError, UsageError
+from ..refs import validate_digest
+
+__all__ = [
+    "BlobInfo", "ProgressFn", "BlobStore", "open_blob_store",
+    "blob_relpath", "digest_from_relpath", "checked_range", "corrupt_blob_error",
+    "VerifyingReader", "HashingWriter", "atomic_download",
+]
+
+#: Called with the number of bytes just transferred (S3 may report a negative amount when a
+#: part is retried, so the running total stays exact).
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """What a store knows about one blob: ``digest`` is ``sha256:<hex>``, ``mtime`` is epoch seconds."""
+
+    digest: str
+    size: int
+    mtime: float
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """A content-addressed, write-once blob store (local directory or S3).
+
+    Every put is idempotent (False when the blob was already there) and atomic (no reader ever
+    sees a partial blob); every verified read raises ``IntegrityError`` on a digest mismatch.
+    """
+
+    url: str
+
+    def put_file(self, path: str | os.PathLike, digest: str, *, offset: int = 0,
+                 length: int | None = None, progress: ProgressFn | None = None) -> bool:
+        """Store bytes ``[offset, offset+length)`` of a local file under ``digest``."""
+
+    def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
+                   progress: ProgressFn | None = None) -> bool:
+        """Store a stream (``size`` bytes of it when given) under ``digest``."""
+
+    def put_bytes(self, data: bytes, digest: str) -> bool:
+        """Store ``data`` under ``digest``."""
+
+    def exists(self, digest: str) -> bool:
+        """True when the blob is stored."""
+
+    def stat(self, digest: str) -> BlobInfo:
+        """Size and mtime of a stored blob; ``NotFoundError`` if missing."""
+
+    def get_file(self, digest: str, dest: str | os.PathLike, *,
+                 progress: ProgressFn | None = None) -> None:
+        """Download to ``dest`` atomically, verifying the digest on the way."""
+
+    def open(self, digest: str) -> BinaryIO:
+        """A raw, unverified read stream (the caller verifies)."""
+
+    def read_bytes(self, digest: str, *, max_size: int) -> bytes:
+        """The verified content; ``IntegrityError`` when larger than ``max_size``."""
+
+    def delete(self, digest: str) -> None:
+        """Remove a blob; a missing blob is fine."""
+
+    def list(self) -> Iterator[BlobInfo]:
+        """Every stored blob (temporary files excluded)."""
+
+
+def open_blob_store(url: str) -> BlobStore:
+    """Open the store a URL names: ``file:///abs/dir``, a plain directory path, or ``s3://bucket/prefix``.
+
+    >>> open_blob_store("s3://models/team-a").url
+    's3://models/team-a'
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise UsageError("empty blob store URL", hint="use file:///DIR, a directory path or s3://BUCKET/PREFIX")
+    if url.startswith("s3://"):
+        from .s3 import S3BlobStore  # boto3 is imported only when an S3 store is used
+
+        return S3BlobStore(url)
+    if url.startswith("file://"):
+        from .local import LocalBlobStore
+
+        return LocalBlobStore.from_url(url)
+    if "://" not in url:
+        from .local import LocalBlobStore
+
+        return LocalBlobStore(url)
+    raise UsageError(f"unsupported blob store URL {url!r}",
+                     hint="use file:///DIR, a directory path or s3://BUCKET/PREFIX")
+
+
+def blob_relpath(digest: str) -> str:
+    """``blobs/sha256/ab/abcdef...`` for ``sha256:abcdef...``; ``UsageError`` on a malformed digest."""
+    hex_ = validate_digest(digest).split(":", 1)[1]
+    return f"blobs/sha256/{hex_[:2]}/{hex_}"
+
+
+def digest_from_relpath(fan: str, name: str) -> str | None:
+    """The digest a ``<fan>/<name>`` entry under ``blobs/sha256/`` stands for, or None if it is not a blob."""
+    digest = "sha256:" + name
+    try:
+        validate_digest(digest)
+    except UsageError:
+        return None
+    return digest if fan == name[:2] else None
+
+
+def checked_range(file_size: int, offset: int, length: int | None, path: str | os.PathLike) -> int:
+    """The number of bytes to read, or ``UsageError`` when the range is outside the file."""
+    if offset < 0 or (length is not None and length < 0):
+        raise UsageError(f"negative offset or length for {os.fspath(path)}: {offset}, {length}")
+    if length is None:
+        length = max(file_size - offset, 0)
+    if offset + length > file_size:
+        raise UsageError(f"{os.fspath(path)} has {file_size} bytes; cannot read {length} bytes "
+                         f"at offset {offset}")
+    return length
+
+
+def corrupt_blob_error(digest: str, got_hex: str, where: str) -> IntegrityError:
+    """The error for stored bytes that no longer hash to their name."""
+    return IntegrityError(f"blob {digest} is corrupt in the store: expected {digest}, got sha256:{got_hex}",
+                          hint=f"delete it from {where} and push the bundle again")
+
+
+class VerifyingReader:
+    """Reads ``size`` bytes (or to EOF) of a stream, hashing them, and raises ``IntegrityError``
+    from the read that completes the content when it does not hash to ``digest``.
+
+    Because the check fires inside ``read``, a consumer that publishes only after reading
+    everything (a local tmp file renamed at the end, an S3 multipart upload completed at the
+    end) never publishes wrong bytes. It is deliberately not seekable, so consumers read each
+    byte exactly once, in order.
+    """
+
+    def __init__(self, fp: BinaryIO, digest: str, *, size: int | None = None) -> None:
+        self._fp = fp
+        self._digest = digest
+        self._size = size
+        self._h = hashlib.sha256()
+        self.count = 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes (all remaining when negative); short only at the end of the content."""
+        if self._done:
+            return b""
+        want = None if n is None or n < 0 else n
+        if self._size is not None:
+            left = self._size - self.count
+            want = left if want is None else min(want, left)
+        if want is None:
+            data, eof = self._fp.read(), True
+        else:
+            chunks, got, eof = [], 0, False
+            while got < want:
+                part = self._fp.read(want - got)
+                if not part:
+                    eof = True
+                    break
+                chunks.append(part)
+                got += len(part)
+            data = b"".join(chunks)
+        self._h.update(data)
+        self.count += len(data)
+        if eof or (self._size is not None and self.count >= self._size):
+            self._check()
+        return data
+
+    def _check(self) -> None:
+        self._done = True
+        if self._size is not None and self.count < self._size:
+            raise IntegrityError(f"content for {self._digest} ended after {self.count} of {self._size} bytes")
+        got = self._h.hexdigest()
+        if "sha256:" + got != self._digest:
+            raise IntegrityError(f"content does not match its digest {self._digest}: got sha256:{got}",
+                                 hint="the source changed after it was hashed, or the digest is wrong")
+
+
+class HashingWriter:
+    """Writes through to a file while hashing, and reports itself unseekable so that a
+    concurrent downloader (s3transfer) must deliver the bytes in order."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self._fp = fp
+        self._h = hashlib.sha256()
+        self.count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> int:
+        self._h.update(data)
+        self.count += len(data)
+        return self._fp.write(data)
+
+    def flush(self) -> None:
+        self._fp.flush()
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_download(dest: str | os.PathLike, digest: str, where: str) -> Iterator[HashingWriter]:
+    """Yield a writer into ``dest + ".incomplete"``; on leaving, verify the digest, fsync and
+    move it to ``dest``. On any failure the partial file is removed and ``dest`` is untouched.
+    """
+    tmp = os.fspath(dest) + ".incomplete"
+    try:
+        with open(tmp, "wb") as fp:
+            writer = HashingWriter(fp)
+            yield writer
+            fp.flush()
+            os.fsync(fp.fileno())
+        if "sha256:" + writer.hexdigest() != digest:
+            raise corrupt_blob_error(digest, writer.hexdigest(), where)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

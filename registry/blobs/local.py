@@ -1,0 +1,206 @@
+"""The local-directory blob store (``file:///abs/dir`` or a plain path).
+
+Layout under the root directory::
+
+    blobs/sha256/ab/abcdef...   one read-only file per blob, named by its sha256
+    tmp/                        uploads in progress (same filesystem, so the final rename is atomic)
+
+    >>> store = LocalBlobStore("/srv/pt2reg")
+    >>> store.put_file("model.pt2", "sha256:" + "ab" * 32)   # IntegrityError unless it hashes so
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import urllib.parse
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from ..constants import CHUNK_SIZE
+from ..digests import iter_chunks, sha256_bytes
+from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
+                   checked_range, corrupt_blob_error, digest_from_relpath)
+
+__all__ = ["LocalBlobStore"]
+
+
+class LocalBlobStore:
+    """Blobs as read-only files in a directory tree; every write is tmp file + fsync + rename.
+
+    The constructor does no IO: directories are created by the first put.
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = self.root.as_uri()
+
+    @classmethod
+    def from_url(cls, url: str) -> "LocalBlobStore":
+        """``file:///abs/dir`` (or ``file://localhost/abs/dir``) to a store."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path \
+                or parts.query or parts.fragment:
+            raise UsageError(f"invalid file store URL {url!r}", hint="use file:///ABSOLUTE/DIR")
+        return cls(urllib.parse.unquote(parts.path))
+
+    def __repr__(self) -> str:
+        return f"LocalBlobStore({str(self.root)!r})"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put_file(self, path: str | os.PathLike, digest: str, *, offset: int = 0,
+                 length: int | None = None, progress: ProgressFn | None = None) -> bool:
+        """Store bytes ``[offset, offset+length)`` of ``path``, hashing them in the same pass.
+
+        Returns False (and reads nothing) when the blob is already stored.
+        """
+        if self.exists(digest):
+            return False
+        try:
+            src = open(path, "rb")
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"file {os.fspath(path)} not found", what="file",
+                                name=os.fspath(path)) from exc
+        with src:
+            length = checked_range(os.fstat(src.fileno()).st_size, offset, length, path)
+            src.seek(offset)
+            return self._write(VerifyingReader(src, digest, size=length), digest, progress)
+
+    def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
+                   progress: ProgressFn | None = None) -> bool:
+        """Store ``size`` bytes of ``fp`` (or all of it), hashing while writing."""
+        if self.exists(digest):
+            return False
+        return self._write(VerifyingReader(fp, digest, size=size), digest, progress)
+
+    def put_bytes(self, data: bytes, digest: str) -> bool:
+        """Store ``data`` under ``digest``."""
+        return self.put_stream(io.BytesIO(data), digest, size=len(data))
+
+    def _write(self, reader: VerifyingReader, digest: str, progress: ProgressFn | None) -> bool:
+        final = self._path(digest)
+        tmp = None
+        reading = False
+        try:
+            tmpdir = self.root / "tmp"
+            tmpdir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=digest[7:19] + ".", suffix=".tmp")
+            with os.fdopen(fd, "wb") as out:
+                while True:
+                    reading = True
+                    chunk = reader.read(CHUNK_SIZE)
+                    reading = False
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    if progress is not None:
+                        progress(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o444)
+            new_fan = not final.parent.is_dir()
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+            tmp = None
+            _fsync_dir(final.parent)
+            if new_fan:
+                _fsync_dir(final.parent.parent)
+        except OSError as exc:
+            if reading:  # the caller's source failed: not ours to translate
+                raise
+            raise StoreError(f"cannot write blob {digest} to {self.url}: {_oneline(exc)}") from exc
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return True
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def exists(self, digest: str) -> bool:
+        """True when the blob is stored."""
+        return self._path(digest).is_file()
+
+    def stat(self, digest: str) -> BlobInfo:
+        """Size and mtime; ``NotFoundError`` if missing."""
+        try:
+            st = self._path(digest).stat()
+        except FileNotFoundError as exc:
+            raise self._missing(digest) from exc
+        return BlobInfo(digest=digest, size=st.st_size, mtime=st.st_mtime)
+
+    def get_file(self, digest: str, dest: str | os.PathLike, *,
+                 progress: ProgressFn | None = None) -> None:
+        """Copy the blob to ``dest`` via ``dest.incomplete``, verifying its digest on the way."""
+        with self.open(digest) as src, atomic_download(dest, digest, self.url) as out:
+            for chunk in iter_chunks(src):
+                out.write(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+
+    def open(self, digest: str) -> BinaryIO:
+        """The raw, unverified file; ``NotFoundError`` if missing."""
+        try:
+            return open(self._path(digest), "rb")
+        except FileNotFoundError as exc:
+            raise self._missing(digest) from exc
+
+    def read_bytes(self, digest: str, *, max_size: int) -> bytes:
+        """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""
+        with self.open(digest) as fp:
+            data = fp.read(max_size + 1)
+        if len(data) > max_size:
+            raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
+        got = sha256_bytes(data)
+        if got != digest[7:]:
+            raise corrupt_blob_error(digest, got, self.url)
+        return data
+
+    def delete(self, digest: str) -> None:
+        """Remove the blob; a missing blob is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(digest))
+
+    def list(self) -> Iterator[BlobInfo]:
+        """Every stored blob, in digest order; stray files and ``tmp/`` are ignored."""
+        top = self.root / "blobs" / "sha256"
+        for fan in _sorted_names(top):
+            for name in _sorted_names(top / fan):
+                digest = digest_from_relpath(fan, name)
+                if digest is None:
+                    continue
+                try:
+                    st = (top / fan / name).stat()
+                except FileNotFoundError:  # deleted while listing
+                    continue
+                yield BlobInfo(digest=digest, size=st.st_size, mtime=st.st_mtime)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _path(self, digest: str) -> Path:
+        return self.root / blob_relpath(digest)
+
+    def _missing(self, digest: str) -> NotFoundError:
+        return NotFoundError(f"blob {digest} not found in {self.url}", what="blob", name=digest)
+
+
+def _sorted_names(directory: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _oneline(exc: OSError) -> str:
+    return " ".join(str(exc).split())

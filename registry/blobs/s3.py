@@ -1,0 +1,321 @@
+"""The S3 blob store (``s3://bucket/prefix``): AWS or any S3-compatible server.
+
+The endpoint and credentials come from the standard AWS configuration (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...), which boto3 reads natively. Blobs live at
+``<prefix>/blobs/sha256/ab/abcdef...``; the store never writes anything else.
+
+    >>> store = S3BlobStore("s3://models/team-a")
+    >>> store.get_file("sha256:" + "ab" * 32, "/tmp/model.pt2")   # verified, atomic
+
+Transfers go through s3transfer (the engine behind boto3's ``upload_fileobj``), fed with
+unseekable adapters so every byte passes our hash exactly once and in order:
+
+* uploads read through ``VerifyingReader``: a mismatch raises inside the read of the last
+  part, before s3transfer sends ``CompleteMultipartUpload`` (or, below the multipart threshold,
+  before the single ``PutObject``), and s3transfer then aborts the multipart upload. So wrong
+  bytes never become visible.
+* downloads write through ``HashingWriter``; s3transfer fetches parts concurrently but, for an
+  unseekable target, hands them to one IO thread in order (a sliding window of at most
+  ``max_concurrency + 2`` buffered parts), so hashing happens in the same pass as writing
+  instead of re-reading the finished file.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import threading
+from typing import BinaryIO, Iterator
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError, NoCredentialsError
+from s3transfer.exceptions import RetriesExceededError
+from s3transfer.manager import TransferConfig, TransferManager
+from s3transfer.subscribers import BaseSubscriber
+
+from ..digests import sha256_bytes
+from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
+                   checked_range, corrupt_blob_error, digest_from_relpath)
+
+__all__ = ["S3BlobStore"]
+
+MiB = 1024 * 1024
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+_MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
+_BAD_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch",
+                     "XAmzContentSHA256Mismatch"}
+
+
+class S3BlobStore:
+    """Blobs as objects under ``s3://bucket/prefix``; uploads verified before they complete.
+
+    The constructor does no IO; the boto3 client is created on first use (or passed in).
+    ``multipart_*`` and ``max_concurrency`` tune transfers (tests lower the threshold to
+    exercise the multipart path with small files).
+    """
+
+    def __init__(self, url: str, *, multipart_threshold: int = 64 * MiB,
+                 multipart_chunksize: int = 16 * MiB, max_concurrency: int = 4,
+                 client=None) -> None:
+        self.bucket, self.prefix = _parse_url(url)
+        self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        self._client = client
+        self._client_lock = threading.Lock()
+        self._max_concurrency = max_concurrency
+        # Memory is bounded by s3transfer's in-memory windows: about max_concurrency + 2 parts
+        # (96 MiB with the defaults) whether uploading or downloading, plus the queue of
+        # 256 KiB writes waiting for the IO thread (default 1000 of them; 64 are plenty).
+        self._transfer_config = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            max_request_concurrency=max_concurrency,
+            max_in_memory_upload_chunks=max_concurrency + 2,
+            max_in_memory_download_chunks=max_concurrency + 2,
+            max_io_queue_size=64,
+        )
+
+    def __repr__(self) -> str:
+        return f"S3BlobStore({self.url!r})"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put_file(self, path: str | os.PathLike, digest: str, *, offset: int = 0,
+                 length: int | None = None, progress: ProgressFn | None = None) -> bool:
+        """Upload bytes ``[offset, offset+length)`` of ``path``; verified before it completes.
+
+        Returns False (and uploads nothing) when the blob is already stored.
+        """
+        if self.exists(digest):
+            return False
+        try:
+            src = open(path, "rb")
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"file {os.fspath(path)} not found", what="file",
+                                name=os.fspath(path)) from exc
+        with src:
+            length = checked_range(os.fstat(src.fileno()).st_size, offset, length, path)
+            src.seek(offset)
+            self._upload(VerifyingReader(src, digest, size=length), digest, length, progress)
+        return True
+
+    def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
+                   progress: ProgressFn | None = None) -> bool:
+        """Upload ``size`` bytes of ``fp`` (or all of it) in bounded parts, hashing on the way."""
+        if self.exists(digest):
+            return False
+        self._upload(VerifyingReader(fp, digest, size=size), digest, size, progress)
+        return True
+
+    def put_bytes(self, data: bytes, digest: str) -> bool:
+        """Upload ``data`` under ``digest``."""
+        return self.put_stream(io.BytesIO(data), digest, size=len(data))
+
+    def _upload(self, reader: VerifyingReader, digest: str, size: int | None,
+                progress: ProgressFn | None) -> None:
+        key = self._key(digest)
+        # A known size spares s3transfer from buffering a whole threshold's worth of an
+        # unseekable stream just to decide between PutObject and a multipart upload.
+        subscribers = _subscribers(progress) + ([_KnownSize(size)] if size is not None else [])
+        try:
+            with self._transfer_manager() as manager:
+                manager.upload(reader, self.bucket, key, subscribers=subscribers).result()
+        except RegistryError:
+            raise
+        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
+            raise self._error(exc, "upload", digest) from exc
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def exists(self, digest: str) -> bool:
+        """True when the blob is stored (one HEAD request)."""
+        try:
+            self._stat(digest)
+        except NotFoundError as exc:
+            if exc.what == "bucket":
+                raise
+            return False
+        return True
+
+    def stat(self, digest: str) -> BlobInfo:
+        """Size and mtime (LastModified); ``NotFoundError`` if the blob or the bucket is missing."""
+        return self._stat(digest, check_bucket=True)
+
+    def _stat(self, digest: str, *, check_bucket: bool = False) -> BlobInfo:
+        key = self._key(digest)
+        try:
+            head = self._s3().head_object(Bucket=self.bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, "stat", digest, check_bucket=check_bucket) from exc
+        return BlobInfo(digest=digest, size=head["ContentLength"],
+                        mtime=head["LastModified"].timestamp())
+
+    def get_file(self, digest: str, dest: str | os.PathLike, *,
+                 progress: ProgressFn | None = None) -> None:
+        """Download to ``dest`` via ``dest.incomplete``, hashing while writing; ``IntegrityError``
+        (and no file left behind) when the stored bytes do not match ``digest``."""
+        size = self.stat(digest).size
+        key = self._key(digest)
+        try:
+            with atomic_download(dest, digest, self.url) as out, self._transfer_manager() as manager:
+                subscribers = _subscribers(progress) + [_KnownSize(size)]
+                manager.download(self.bucket, key, out, subscribers=subscribers).result()
+        except RegistryError:
+            raise
+        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
+            raise self._error(exc, "download", digest, check_bucket=True) from exc
+
+    def open(self, digest: str) -> BinaryIO:
+        """The raw, unverified object body (a botocore ``StreamingBody``); close it when done."""
+        return self._get_object(digest)["Body"]
+
+    def read_bytes(self, digest: str, *, max_size: int) -> bytes:
+        """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""
+        response = self._get_object(digest)
+        with contextlib.closing(response["Body"]) as body:
+            if response["ContentLength"] > max_size:
+                raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
+            try:
+                data = body.read(max_size + 1)
+            except (ClientError, BotoCoreError) as exc:
+                raise self._error(exc, "read", digest) from exc
+        if len(data) > max_size:
+            raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
+        got = sha256_bytes(data)
+        if "sha256:" + got != digest:
+            raise corrupt_blob_error(digest, got, self.url)
+        return data
+
+    def _get_object(self, digest: str) -> dict:
+        key = self._key(digest)
+        try:
+            return self._s3().get_object(Bucket=self.bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, "read", digest, check_bucket=True) from exc
+
+    def delete(self, digest: str) -> None:
+        """Remove the blob; a missing blob is fine (a missing bucket is not)."""
+        key = self._key(digest)
+        try:
+            self._s3().delete_object(Bucket=self.bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            error = self._error(exc, "delete", digest)
+            if not (isinstance(error, NotFoundError) and error.what == "blob"):
+                raise error from exc
+
+    def list(self) -> Iterator[BlobInfo]:
+        """Every stored blob, listed page by page; keys that are not blobs are ignored."""
+        top = f"{self.prefix}/blobs/sha256/" if self.prefix else "blobs/sha256/"
+        paginator = self._s3().get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+                for obj in page.get("Contents", ()):
+                    fan, _, name = obj["Key"][len(top):].partition("/")
+                    digest = digest_from_relpath(fan, name)
+                    if digest is not None:
+                        yield BlobInfo(digest=digest, size=obj["Size"],
+                                       mtime=obj["LastModified"].timestamp())
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, "list", None, check_bucket=True) from exc
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _key(self, digest: str) -> str:
+        relpath = blob_relpath(digest)
+        return f"{self.prefix}/{relpath}" if self.prefix else relpath
+
+    def _s3(self):
+        with self._client_lock:
+            if self._client is None:
+                config = Config(
+                    retries={"max_attempts": 10, "mode": "standard"},
+                    connect_timeout=10,
+                    read_timeout=120,
+                    max_pool_connections=max(10, 2 * self._max_concurrency),
+                )
+                self._client = boto3.session.Session().client("s3", config=config)
+            return self._client
+
+    def _transfer_manager(self) -> TransferManager:
+        return TransferManager(self._s3(), self._transfer_config)
+
+    def _endpoint(self) -> str:
+        return self._s3().meta.endpoint_url
+
+    def _bucket_missing(self) -> bool:
+        try:
+            self._s3().head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            return exc.response.get("Error", {}).get("Code") in {"404", "NoSuchBucket", "NotFound"}
+        except BotoCoreError:
+            return False
+        return False
+
+    def _error(self, exc: Exception, action: str, digest: str | None, *,
+               check_bucket: bool = False) -> RegistryError:
+        """Translate a botocore/s3transfer failure into one of our errors, in one line."""
+        where = f"s3://{self.bucket}/{self._key(digest)}" if digest else self.url
+        code = ""
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+        # HEAD answers a missing bucket with a bare 404, and some servers (SeaweedFS) refuse
+        # a PUT into one with AccessDenied: only a second request tells these cases apart.
+        suspect = code in {"AccessDenied", "403"} or (check_bucket and code in {"404", "NotFound"})
+        if code == "NoSuchBucket" or (suspect and self._bucket_missing()):
+            return NotFoundError(f"bucket {self.bucket!r} does not exist at {self._endpoint()}",
+                                 what="bucket", name=self.bucket,
+                                 hint="create it, or fix the store URL / AWS_ENDPOINT_URL")
+        if code in _MISSING_CODES and digest:
+            return NotFoundError(f"blob {digest} not found in {self.url}", what="blob", name=digest)
+        if code in _BAD_DIGEST_CODES or isinstance(exc, FlexibleChecksumError):
+            return IntegrityError(f"S3 {action} of {where} failed its transfer checksum: {_oneline(exc)}")
+        if isinstance(exc, NoCredentialsError):
+            return StoreError(f"S3 {action} of {where} failed: no AWS credentials found",
+                              hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or an AWS profile")
+        if code in {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+            return StoreError(f"S3 {action} of {where} was denied ({code})",
+                              hint="check the AWS credentials and the bucket policy")
+        return StoreError(f"S3 {action} of {where} at {self._endpoint()} failed: {_oneline(exc)}")
+
+
+class _KnownSize(BaseSubscriber):
+    """Tells s3transfer a size we already know (saves a HEAD before downloads)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def on_queued(self, future, **kwargs) -> None:
+        future.meta.provide_transfer_size(self._size)
+
+
+class _Progress(BaseSubscriber):
+    """Forwards s3transfer's progress (reported from worker threads) to one callback, serialized."""
+
+    def __init__(self, progress: ProgressFn) -> None:
+        self._progress = progress
+        self._lock = threading.Lock()
+
+    def on_progress(self, future, bytes_transferred: int, **kwargs) -> None:
+        with self._lock:
+            self._progress(bytes_transferred)
+
+
+def _subscribers(progress: ProgressFn | None) -> list[BaseSubscriber]:
+    return [_Progress(progress)] if progress is not None else []
+
+
+def _parse_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``."""
+    if not url.startswith("s3://") or "?" in url or "#" in url:
+        raise UsageError(f"invalid S3 store URL {url!r}", hint="use s3://BUCKET or s3://BUCKET/PREFIX")
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if not _BUCKET_RE.match(bucket):
+        raise UsageError(f"invalid S3 bucket name {bucket!r} in {url!r}",
+                         hint="3-63 lowercase letters, digits, '.', '-'")
+    return bucket, prefix.strip("/")
+
+
+def _oneline(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

@@ -1,0 +1,126 @@
+"""The S3 blob store against a real S3-compatible server (SeaweedFS): the shared contract, a
+100 MB multipart round trip, and corruption planted behind the store's back."""
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+
+import pytest
+
+from registry.blobs.s3 import S3BlobStore
+from registry.errors import IntegrityError, NotFoundError
+from tests.unit.test_blobs_local import MiB, blob, relpath
+from tests.unit.test_blobs_s3_moto import SMALL_PARTS, S3ContractHooks
+
+pytestmark = pytest.mark.integration
+
+BIG = 100 * 1000 * 1000
+
+
+@pytest.fixture
+def seaweed_env(seaweed_s3, monkeypatch):
+    """Point boto3 (through the standard AWS_* variables) at the session's SeaweedFS."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    for name, value in seaweed_s3.env.items():
+        monkeypatch.setenv(name, value)
+    return seaweed_s3
+
+
+@pytest.fixture(scope="module")
+def bucket(seaweed_s3) -> str:
+    return seaweed_s3.new_bucket()
+
+
+class TestSeaweedBlobStore(S3ContractHooks):
+    @pytest.fixture
+    def store(self, seaweed_env, bucket) -> S3BlobStore:
+        return S3BlobStore(f"s3://{bucket}/{uuid.uuid4().hex[:8]}", **SMALL_PARTS)
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fp:
+        while chunk := fp.read(MiB):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """100 MB of random bytes and their digest (default settings: 64 MiB threshold, 16 MiB parts)."""
+    path = tmp_path_factory.mktemp("big") / "model.pt2"
+    with open(path, "wb") as fp:
+        for _ in range(BIG // (4 * MiB)):
+            fp.write(os.urandom(4 * MiB))
+        fp.write(os.urandom(BIG % (4 * MiB)))
+    return path, sha256_file(path)
+
+
+@pytest.mark.slow
+class TestSeaweedLarge:
+    def test_100mb_round_trip(self, seaweed_env, big_file, tmp_path):
+        path, digest = big_file
+        store = S3BlobStore(f"s3://{seaweed_env.new_bucket()}")
+        sent, received = [], []
+        assert store.put_file(path, digest, progress=sent.append) is True
+        assert sum(sent) == BIG
+        assert store.put_file(path, digest) is False
+        assert store.stat(digest).size == BIG
+        keys = [o["Key"] for o in store._s3().list_objects_v2(Bucket=store.bucket)["Contents"]]
+        assert keys == [relpath(digest)]
+        store.get_file(digest, tmp_path / "out.pt2", progress=received.append)
+        assert sum(received) == BIG
+        assert sha256_file(tmp_path / "out.pt2") == digest
+
+    def test_100mb_slice_of_a_file(self, seaweed_env, big_file):
+        path, _ = big_file
+        with open(path, "rb") as fp:
+            fp.seek(7 * MiB)
+            member = fp.read(70 * MiB)
+        data, digest = blob(member)
+        store = S3BlobStore(f"s3://{seaweed_env.new_bucket()}/prefix")
+        assert store.put_file(path, digest, offset=7 * MiB, length=70 * MiB) is True
+        assert store.read_bytes(digest, max_size=70 * MiB) == data
+
+    def test_100mb_corruption_is_caught_on_download(self, seaweed_env, big_file, tmp_path):
+        path, digest = big_file
+        store = S3BlobStore(f"s3://{seaweed_env.new_bucket()}")
+        store.put_file(path, digest)
+        forged = tmp_path / "forged"
+        with open(path, "rb") as src, open(forged, "wb") as dst:
+            dst.write(src.read())
+            dst.seek(BIG // 2)
+            dst.write(b"\0" * 16)
+        store._s3().upload_file(str(forged), store.bucket, relpath(digest))  # raw boto3 overwrite
+        dest = tmp_path / "out.pt2"
+        with pytest.raises(IntegrityError, match=f"blob {digest} is corrupt in the store"):
+            store.get_file(digest, dest)
+        assert not dest.exists() and not (tmp_path / "out.pt2.incomplete").exists()
+
+
+class TestSeaweedSpecifics:
+    def test_missing_bucket_is_not_found(self, seaweed_env, tmp_path):
+        # SeaweedFS answers a PUT into a missing bucket with AccessDenied, a HEAD with a bare 404
+        store = S3BlobStore(f"s3://missing-{uuid.uuid4().hex[:8]}/x")
+        data, digest = blob(b"x")
+        for call in (lambda: store.put_bytes(data, digest), lambda: store.stat(digest),
+                     lambda: store.get_file(digest, tmp_path / "o"), lambda: list(store.list())):
+            with pytest.raises(NotFoundError, match="does not exist") as info:
+                call()
+            assert info.value.what == "bucket"
+
+    def test_layout_without_prefix(self, seaweed_env):
+        store = S3BlobStore(f"s3://{seaweed_env.new_bucket()}")
+        data, digest = blob(b"root")
+        store.put_bytes(data, digest)
+        keys = [o["Key"] for o in store._s3().list_objects_v2(Bucket=store.bucket)["Contents"]]
+        assert keys == [f"blobs/sha256/{digest[7:9]}/{digest[7:]}"]
+
+    def test_new_bucket_names(self, seaweed_s3):
+        names = {seaweed_s3.new_bucket() for _ in range(3)}
+        assert len(names) == 3 and all(3 <= len(n) <= 63 for n in names)
+        assert seaweed_s3.startup_seconds > 0

@@ -1,0 +1,381 @@
+"""The blob store contract (``BlobStoreContract``, shared by every backend) and the local store.
+
+Backends reuse the contract by subclassing it next to their own fixtures (moto in
+``test_blobs_s3_moto.py``, SeaweedFS in ``tests/integration/test_blobs_seaweed.py``); a subclass
+provides a ``store`` fixture and the raw hooks that look under the interface.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from registry.blobs import BlobInfo, BlobStore, LocalBlobStore, open_blob_store
+from registry.errors import IntegrityError, NotFoundError, UsageError
+
+MiB = 1024 * 1024
+
+
+def blob(data: bytes) -> tuple[bytes, str]:
+    return data, "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def relpath(digest: str) -> str:
+    return f"blobs/sha256/{digest[7:9]}/{digest[7:]}"
+
+
+class FailingStream(io.RawIOBase):
+    """Gives ``good`` bytes, then fails like a dropped connection."""
+
+    def __init__(self, good: bytes) -> None:
+        self._good = io.BytesIO(good)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._good.read(n)
+        if not data:
+            raise OSError("connection reset by peer")
+        return data
+
+
+MALFORMED = ["", "sha256:", "sha256:" + "A" * 64, "sha256:" + "a" * 63, "md5:" + "a" * 32,
+             "a" * 64, "sha256:" + "g" * 64, "sha256:../../" + "a" * 58]
+
+
+class BlobStoreContract:
+    """What every ``BlobStore`` must do. Subclasses define the ``store`` fixture and the hooks."""
+
+    #: Size of the "large" blob: several copy chunks locally, several parts on S3.
+    big_size = 3 * MiB + 123
+
+    # -- hooks: look under the interface ---------------------------------------------------------
+    def raw_keys(self, store) -> set[str]:
+        """Every stored object/file, relative to the store root (tmp area excluded)."""
+        raise NotImplementedError
+
+    def leftovers(self, store) -> list[str]:
+        """Traces of unfinished uploads (tmp files, open multipart uploads)."""
+        raise NotImplementedError
+
+    def corrupt(self, store, digest: str, data: bytes) -> None:
+        """Replace a stored blob's bytes behind the store's back."""
+        raise NotImplementedError
+
+    def add_junk(self, store) -> None:
+        """Put non-blob entries where a careless ``list`` would pick them up."""
+        raise NotImplementedError
+
+    # -- writing ---------------------------------------------------------------------------------
+    def test_is_a_blob_store(self, store):
+        assert isinstance(store, BlobStore)
+
+    def test_put_bytes_layout_and_round_trip(self, store):
+        data, digest = blob(b"hello, blob")
+        assert store.put_bytes(data, digest) is True
+        assert self.raw_keys(store) == {relpath(digest)}
+        assert store.exists(digest)
+        info = store.stat(digest)
+        assert (info.digest, info.size) == (digest, len(data)) and info.mtime > 0
+        assert store.read_bytes(digest, max_size=len(data)) == data
+        with store.open(digest) as fp:
+            assert fp.read() == data
+        assert self.leftovers(store) == []
+
+    def test_puts_are_idempotent(self, store, tmp_path):
+        data, digest = blob(b"same content")
+        src = tmp_path / "src"
+        src.write_bytes(data)
+        calls = []
+        assert store.put_bytes(data, digest) is True
+        assert store.put_bytes(data, digest) is False
+        assert store.put_file(src, digest, progress=calls.append) is False
+        assert store.put_stream(io.BytesIO(data), digest, progress=calls.append) is False
+        assert calls == []
+        assert self.raw_keys(store) == {relpath(digest)}
+
+    def test_put_file_large_with_progress(self, store, tmp_path):
+        data, digest = blob(os.urandom(self.big_size))
+        src = tmp_path / "big"
+        src.write_bytes(data)
+        calls = []
+        assert store.put_file(src, digest, progress=calls.append) is True
+        assert sum(calls) == len(data)
+        assert store.stat(digest).size == len(data)
+        assert store.read_bytes(digest, max_size=len(data)) == data
+
+    def test_put_file_offset_and_length(self, store, tmp_path):
+        member, digest = blob(os.urandom(70_000))
+        src = tmp_path / "bundle"
+        src.write_bytes(b"H" * 1234 + member + b"T" * 99)
+        assert store.put_file(src, digest, offset=1234, length=len(member)) is True
+        assert store.read_bytes(digest, max_size=len(member)) == member
+        tail, tail_digest = blob(member[-500:] + b"T" * 99)
+        assert store.put_file(src, tail_digest, offset=1234 + len(member) - 500) is True
+        assert store.read_bytes(tail_digest, max_size=10_000) == tail
+
+    @pytest.mark.parametrize("offset,length", [(0, 101), (90, 20), (101, 1), (-1, 5), (0, -1)])
+    def test_put_file_range_outside_the_file(self, store, tmp_path, offset, length):
+        src = tmp_path / "small"
+        src.write_bytes(b"x" * 100)
+        with pytest.raises(UsageError):
+            store.put_file(src, blob(b"whatever")[1], offset=offset, length=length)
+        assert self.raw_keys(store) == set()
+
+    def test_put_file_missing_source(self, store, tmp_path):
+        with pytest.raises(NotFoundError, match="not found"):
+            store.put_file(tmp_path / "nope", blob(b"x")[1])
+
+    def test_put_stream_unknown_size(self, store):
+        data, digest = blob(os.urandom(self.big_size))
+        calls = []
+        assert store.put_stream(io.BytesIO(data), digest, progress=calls.append) is True
+        assert sum(calls) == len(data)
+        assert store.read_bytes(digest, max_size=len(data)) == data
+
+    def test_put_stream_stops_at_size(self, store):
+        data, digest = blob(b"exactly this")
+        assert store.put_stream(io.BytesIO(data + b" and not this"), digest, size=len(data))
+        assert store.read_bytes(digest, max_size=100) == data
+
+    def test_put_bytes_empty_blob(self, store, tmp_path):
+        data, digest = blob(b"")
+        assert store.put_bytes(data, digest) is True
+        assert store.stat(digest).size == 0
+        store.get_file(digest, tmp_path / "empty")
+        assert (tmp_path / "empty").read_bytes() == b""
+
+    @pytest.mark.parametrize("how", ["bytes", "file", "big-file", "stream", "big-stream"])
+    def test_wrong_content_is_rejected_and_leaves_nothing(self, store, tmp_path, how):
+        size = self.big_size if how.startswith("big") else 5000
+        data = os.urandom(size)
+        wrong = blob(data[:-1] + bytes([data[-1] ^ 1]))[1]
+        src = tmp_path / "src"
+        src.write_bytes(data)
+        with pytest.raises(IntegrityError, match=wrong):
+            if how == "bytes":
+                store.put_bytes(data, wrong)
+            elif how.endswith("file"):
+                store.put_file(src, wrong)
+            else:
+                store.put_stream(io.BytesIO(data), wrong)
+        assert not store.exists(wrong)
+        assert self.raw_keys(store) == set()
+        assert self.leftovers(store) == []
+
+    def test_short_stream_is_rejected(self, store):
+        data, digest = blob(b"0123456789")
+        with pytest.raises(IntegrityError, match="ended after 5 of 10 bytes"):
+            store.put_stream(io.BytesIO(data[:5]), digest, size=10)
+        assert self.raw_keys(store) == set() and self.leftovers(store) == []
+
+    def test_failing_source_leaves_nothing(self, store):
+        data, digest = blob(os.urandom(self.big_size))
+        with pytest.raises(OSError, match="connection reset by peer"):  # the source's own error
+            store.put_stream(FailingStream(data[: self.big_size // 2]), digest)
+        assert not store.exists(digest)
+        assert self.raw_keys(store) == set() and self.leftovers(store) == []
+
+    # -- reading ---------------------------------------------------------------------------------
+    def test_get_file_large_with_progress(self, store, tmp_path):
+        data, digest = blob(os.urandom(self.big_size))
+        store.put_bytes(data, digest)
+        dest = tmp_path / "out.pt2"
+        calls = []
+        store.get_file(digest, dest, progress=calls.append)
+        assert dest.read_bytes() == data
+        assert sum(calls) == len(data)
+        assert not Path(f"{dest}.incomplete").exists()
+
+    @pytest.mark.parametrize("evil", [b"tampered", None], ids=["other-size", "same-size"])
+    def test_get_file_detects_corruption_and_leaves_no_file(self, store, tmp_path, evil):
+        data, digest = blob(os.urandom(self.big_size))
+        store.put_bytes(data, digest)
+        self.corrupt(store, digest, evil if evil is not None else data[:-1] + b"\0")
+        dest = tmp_path / "out.pt2"
+        with pytest.raises(IntegrityError, match=f"blob {digest} is corrupt in the store"):
+            store.get_file(digest, dest)
+        assert not dest.exists()
+        assert not Path(f"{dest}.incomplete").exists()
+
+    def test_get_file_failure_keeps_an_existing_destination(self, store, tmp_path):
+        data, digest = blob(b"genuine")
+        store.put_bytes(data, digest)
+        self.corrupt(store, digest, b"forged!")
+        dest = tmp_path / "out"
+        dest.write_bytes(b"previous")
+        with pytest.raises(IntegrityError):
+            store.get_file(digest, dest)
+        assert dest.read_bytes() == b"previous"
+
+    def test_read_bytes_verifies(self, store):
+        data, digest = blob(b"small manifest")
+        store.put_bytes(data, digest)
+        self.corrupt(store, digest, b"large manifest")
+        with pytest.raises(IntegrityError, match="corrupt"):
+            store.read_bytes(digest, max_size=1000)
+
+    def test_read_bytes_enforces_max_size(self, store):
+        data, digest = blob(b"x" * 1000)
+        store.put_bytes(data, digest)
+        assert store.read_bytes(digest, max_size=1000) == data
+        with pytest.raises(IntegrityError, match="larger than the limit of 999 bytes"):
+            store.read_bytes(digest, max_size=999)
+
+    def test_missing_blob(self, store, tmp_path):
+        digest = blob(b"never stored")[1]
+        assert store.exists(digest) is False
+        for call in (lambda: store.stat(digest), lambda: store.open(digest),
+                     lambda: store.read_bytes(digest, max_size=10),
+                     lambda: store.get_file(digest, tmp_path / "out")):
+            with pytest.raises(NotFoundError, match=digest) as info:
+                call()
+            assert info.value.what == "blob"
+        assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+        store.delete(digest)
+
+    def test_delete(self, store):
+        data, digest = blob(b"short-lived")
+        store.put_bytes(data, digest)
+        store.delete(digest)
+        assert not store.exists(digest)
+        assert self.raw_keys(store) == set()
+        store.delete(digest)
+
+    def test_list_yields_exactly_the_blobs(self, store):
+        assert list(store.list()) == []
+        stored = {blob(f"blob {i}".encode() * (i + 1)) for i in range(5)}
+        for data, digest in stored:
+            store.put_bytes(data, digest)
+        self.add_junk(store)
+        listed = list(store.list())
+        assert all(isinstance(info, BlobInfo) and info.mtime > 0 for info in listed)
+        assert {(i.digest, i.size) for i in listed} == {(d, len(b)) for b, d in stored}
+
+    @pytest.mark.parametrize("digest", MALFORMED)
+    def test_malformed_digest_is_a_usage_error(self, store, tmp_path, digest):
+        src = tmp_path / "src"
+        src.write_bytes(b"x")
+        for call in (lambda: store.put_bytes(b"x", digest), lambda: store.put_file(src, digest),
+                     lambda: store.put_stream(io.BytesIO(b"x"), digest),
+                     lambda: store.exists(digest), lambda: store.stat(digest),
+                     lambda: store.open(digest), lambda: store.read_bytes(digest, max_size=1),
+                     lambda: store.get_file(digest, tmp_path / "out"),
+                     lambda: store.delete(digest)):
+            with pytest.raises(UsageError, match="invalid digest"):
+                call()
+        assert self.raw_keys(store) == set()
+
+
+# -- the local backend -----------------------------------------------------------------------------
+
+class TestLocalBlobStore(BlobStoreContract):
+    @pytest.fixture
+    def store(self, tmp_path) -> LocalBlobStore:
+        return LocalBlobStore(tmp_path / "store")
+
+    def raw_keys(self, store):
+        return {p.relative_to(store.root).as_posix() for p in store.root.rglob("*")
+                if p.is_file() and p.relative_to(store.root).parts[0] != "tmp"}
+
+    def leftovers(self, store):
+        tmp = store.root / "tmp"
+        return sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
+
+    def corrupt(self, store, digest, data):
+        path = store.root / relpath(digest)
+        path.chmod(0o644)
+        path.write_bytes(data)
+
+    def add_junk(self, store):
+        (store.root / "tmp").mkdir(exist_ok=True)
+        (store.root / "tmp" / "abandoned.tmp").write_bytes(b"partial")
+        fan = store.root / "blobs" / "sha256" / "ab"
+        fan.mkdir(parents=True, exist_ok=True)
+        (fan / "notes.txt").write_bytes(b"not a blob")
+        (fan / ("cd" + "0" * 62)).write_bytes(b"in the wrong fan directory")
+
+
+class TestLocalSpecifics:
+    def test_blob_files_are_read_only_and_tmp_is_emptied(self, tmp_path):
+        store = LocalBlobStore(tmp_path)
+        data, digest = blob(b"frozen")
+        store.put_bytes(data, digest)
+        mode = stat.S_IMODE((tmp_path / relpath(digest)).stat().st_mode)
+        assert mode == 0o444
+        assert list((tmp_path / "tmp").iterdir()) == []
+
+    def test_partial_blob_is_never_visible(self, tmp_path):
+        store = LocalBlobStore(tmp_path)
+        data, digest = blob(os.urandom(3 * MiB))
+        seen = []
+
+        def look(n):
+            seen.append((store.exists(digest), len(list((tmp_path / "tmp").iterdir()))))
+
+        store.put_stream(io.BytesIO(data), digest, progress=look)
+        assert len(seen) == 3 and set(seen) == {(False, 1)}
+        assert store.exists(digest)
+
+    def test_constructor_does_no_io(self, tmp_path):
+        LocalBlobStore(tmp_path / "not-yet")
+        assert not (tmp_path / "not-yet").exists()
+
+    def test_failing_progress_callback_leaves_nothing(self, tmp_path):
+        store = LocalBlobStore(tmp_path)
+        data, digest = blob(b"abc")
+
+        def explode(n):
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            store.put_stream(io.BytesIO(data), digest, progress=explode)
+        assert not store.exists(digest) and list((tmp_path / "tmp").iterdir()) == []
+
+    def test_stat_mtime_is_the_file_mtime(self, tmp_path):
+        store = LocalBlobStore(tmp_path)
+        data, digest = blob(b"t")
+        store.put_bytes(data, digest)
+        assert store.stat(digest) == BlobInfo(digest, 1, (tmp_path / relpath(digest)).stat().st_mtime)
+
+
+class TestOpenBlobStore:
+    def test_file_url(self, tmp_path):
+        store = open_blob_store(tmp_path.as_uri())
+        assert isinstance(store, LocalBlobStore) and store.root == tmp_path
+        assert store.url == tmp_path.as_uri()
+
+    def test_file_url_with_escapes_and_localhost(self, tmp_path):
+        root = tmp_path / "with space"
+        assert open_blob_store(root.as_uri()).root == root
+        assert open_blob_store(f"file://localhost{tmp_path}").root == tmp_path
+
+    def test_plain_paths(self, tmp_path, monkeypatch):
+        assert open_blob_store(str(tmp_path)).root == tmp_path
+        monkeypatch.chdir(tmp_path)
+        assert open_blob_store("rel/dir").root == tmp_path / "rel" / "dir"
+
+    def test_s3_url(self):
+        store = open_blob_store("s3://models/team-a/")
+        assert type(store).__name__ == "S3BlobStore"
+        assert (store.bucket, store.prefix, store.url) == ("models", "team-a", "s3://models/team-a")
+
+    @pytest.mark.parametrize("url", ["", "gs://bucket/x", "http://host/x", "file://otherhost/x",
+                                     "s3://", "s3://a", "s3://Bad_Bucket!/x", "s3://bucket/x?y=1"])
+    def test_bad_urls_are_usage_errors(self, url):
+        with pytest.raises(UsageError) as info:
+            open_blob_store(url)
+        assert "\n" not in str(info.value)
+
+    def test_importing_blobs_does_not_import_boto3(self):
+        code = ("import sys, registry.blobs as b; b.open_blob_store('/tmp/x'); "
+                "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules")
+        subprocess.run([sys.executable, "-c", code], check=True,
+                       cwd=Path(__file__).resolve().parents[2])
