@@ -1,0 +1,50 @@
+"""Issue 6: Ed25519 signing of versions; --require-signature refuses unsigned or forged ones."""
+import json
+
+from registry.archive.bundle import BundleFile
+
+
+def test_signed_version_verifies_and_unsigned_is_refused(reg_env, bundles, tmp_path):
+    assert reg_env.cli("key", "generate", str(tmp_path / "ci")).returncode == 0
+    assert reg_env.cli("key", "generate", str(tmp_path / "other")).returncode == 0
+    assert oct((tmp_path / "ci.key").stat().st_mode)[-3:] == "600"
+    again = reg_env.cli("key", "generate", str(tmp_path / "ci"))
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+    r = reg_env.cli("push", str(bundles["v3"]), "--name", "m", "--sign", str(tmp_path / "ci.key"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert reg_env.cli("push", str(bundles["v4"]), "--name", "m").returncode == 0  # unsigned v2
+
+    out = tmp_path / "signed.pt2b"
+    r = reg_env.cli("pull", "m@1", "-o", str(out), "--require-signature", str(tmp_path / "ci.pub"))
+    assert r.returncode == 0, r.stderr
+    sigs = BundleFile.open(out).signatures
+    assert len(sigs) == 1 and sigs[0]["algorithm"] == "ed25519"
+    # any one of several keys suffices
+    r = reg_env.cli("pull", "m@1", "-o", str(out), "--require-signature", str(tmp_path / "other.pub"),
+                    "--require-signature", str(tmp_path / "ci.pub"))
+    assert r.returncode == 0, r.stderr
+
+    for ref, key, needle in (("m@2", "ci.pub", "not signed"), ("m@1", "other.pub", "not signed by any")):
+        bad = tmp_path / "bad.pt2b"
+        r = reg_env.cli("pull", ref, "-o", str(bad), "--require-signature", str(tmp_path / key))
+        assert r.returncode == 5, r.stderr
+        assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not bad.exists()
+
+
+def test_forged_signature_in_bundle_is_refused(reg_env, bundles, tmp_path):
+    """A bundle carrying a signature over another digest, or garbage, never passes."""
+    from registry.archive.bundle import write_bundle
+    from registry.signing import generate_keypair, sign_digest
+
+    key, pub = generate_keypair(tmp_path / "k")
+    src = BundleFile.open(bundles["v5"])
+    forged = sign_digest(key, "sha256:" + "1" * 64)
+    forged["digest"] = src.digest  # claims to be for this bundle, but signs something else
+    out = tmp_path / "forged.pt2b"
+    sources = {m.path: (lambda p=m.path: src.open_member(p)) for m in src.manifest.members}
+    write_bundle(out, src.manifest, sources, signatures=[forged])
+    assert reg_env.cli("push", str(out), "--name", "f").returncode == 0
+    r = reg_env.cli("pull", "f@1", "-o", str(tmp_path / "x.pt2b"), "--require-signature", str(pub))
+    assert r.returncode == 5 and "invalid" in r.stderr, r.stderr
