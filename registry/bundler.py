@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .archive.bundle import BundleFile, write_bundle
+from .archive.bundle import write_bundle
+from .archive.zipsafe import read_entries
+from .chunking import MIN_MEMBER, hash_chunks, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UsageError
@@ -86,7 +88,9 @@ def _variant_id(target: Mapping[str, Any]) -> str:
     key = target["device_key"]
     if target.get("compute_capability"):
         return f"aoti-{key}-sm{target['compute_capability']}"
-    return f"aoti-{key}-{target.get('machine') or 'any'}".lower()
+    # The ISA is part of the id: AVX2 and AVX-512 builds of one program are distinct variants.
+    isa = "-".join((target.get("cpu_isa") or "").split())
+    return "-".join(p for p in ("aoti", key, target.get("machine") or "any", isa) if p).lower()
 
 
 def _baked_warnings(name: str, prog: Mapping[str, Any]) -> list[str]:
@@ -110,13 +114,22 @@ class _Builder:
         self.warnings: list[str] = []
 
     def add_file(self, path: str, local: Path, role: str) -> str:
-        with open(local, "rb") as f:
-            sha, size = sha256_stream(f)
+        size = local.stat().st_size
+        chunks = None
+        if role in ("program", "aoti") and size >= MIN_MEMBER:
+            spans = [(e.data_offset, e.size) for e in read_entries(local).values()]
+            sha, hashed = hash_chunks(local, plan_chunks(spans, size))
+            chunks = [{"sha256": h, "size": n} for h, n in hashed]
+        else:
+            with open(local, "rb") as f:
+                sha, size = sha256_stream(f)
         if sha in self.by_sha and self.members[self.by_sha[sha]]["role"] == role:
             return self.by_sha[sha]
         if path in self.members:
             raise UsageError(f"two different files would be stored as {path!r}")
         self.members[path] = {"path": path, "sha256": sha, "size": size, "role": role}
+        if chunks:
+            self.members[path]["chunks"] = chunks
         self.files[path] = local
         self.by_sha[sha] = path
         return path

@@ -128,28 +128,30 @@ class Registry:
         bundle = BundleFile.open(bundle_path)
         manifest = bundle.manifest
         sigs = [*bundle.signatures, *signatures]
-        members = manifest.members
+        parts = _stored_parts(bundle)
         blobs = self.blobs
-        local = getattr(blobs, "verifies_on_put", type(blobs).__name__.startswith("Local"))
         uploaded = skipped = 0
-        pending = self.meta.begin_pending([m.digest for m in members], host=hostname(), pid=os.getpid())
+        pending = self.meta.begin_pending(sorted({d for d, _o, _n in parts}), host=hostname(), pid=os.getpid())
         try:
             with _Heartbeat(self.meta, pending):
-                for m in members:
-                    if blobs.exists(m.digest):
-                        skipped += m.size
+                for m in manifest.members:
+                    if m.chunks:  # chunk digests are checked by the store; tie them to the member
+                        bundle.verify_member(m)
+                done: set[str] = set()
+                for digest, offset, size in parts:
+                    if digest in done or blobs.exists(digest):
+                        skipped += size
                         if progress:
-                            progress(m.size)
+                            progress(size)
                         continue
-                    if not local:
-                        bundle.verify_member(m)  # S3 multipart cannot hash in order: hash first
-                    offset, size = bundle.member_span(m.path)
-                    blobs.put_file(bundle.path, m.digest, offset=offset, length=size, progress=progress)
-                    uploaded += m.size
+                    blobs.put_file(bundle.path, digest, offset=offset, length=size, progress=progress)
+                    done.add(digest)
+                    uploaded += size
                 blobs.put_bytes(manifest.canonical, manifest.digest)
+                stored = sorted({(d, n) for d, _o, n in parts})
                 version, created = self.meta.publish(
                     name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
-                    [(m.digest, m.size) for m in members] + [(manifest.digest, len(manifest.canonical))],
+                    stored + [(manifest.digest, len(manifest.canonical))],
                     aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
                     lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
                     environment=environment)
@@ -195,7 +197,10 @@ class Registry:
             path = self.cache.path(m.digest)
             if not path.is_file():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self.blobs.get_file(m.digest, path, progress=progress)
+                if m.chunks:
+                    self._assemble(m, path, progress)
+                else:
+                    self.blobs.get_file(m.digest, path, progress=progress)
                 os.chmod(path, 0o444)
             elif progress:
                 progress(m.size)
@@ -211,6 +216,15 @@ class Registry:
         return MaterializedBundle(manifest, files, [s if isinstance(s, dict) else s.to_json() for s in sigs],
                                   label=f"{version.name}@{version.number}", name=version.name,
                                   version=version.number)
+
+    def _assemble(self, member: Any, dest: Path, progress: Progress | None) -> None:
+        """Rebuild a chunked member from its chunk blobs into the cache, verifying every chunk
+        and then the whole member; nothing is left behind on failure."""
+        from .blobs.base import atomic_download
+
+        with atomic_download(dest, member.digest, self.settings.store_url) as out:
+            for sha, _size in member.chunks:
+                self.blobs.get_into("sha256:" + sha, out, progress=progress)
 
     def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None,
              require_signature: Sequence[str] = ()) -> PullResult:
@@ -330,6 +344,21 @@ def parse_time(text: str) -> datetime:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.astimezone(timezone.utc)
+
+
+def _stored_parts(bundle: BundleFile) -> list[tuple[str, int, int]]:
+    """(blob digest, offset in the bundle file, size) of every blob a bundle is stored as:
+    one per chunk of a chunked member, one per other member."""
+    parts = []
+    for m in bundle.manifest.members:
+        offset, _size = bundle.member_span(m.path)
+        if m.chunks:
+            for sha, size in m.chunks:
+                parts.append(("sha256:" + sha, offset, size))
+                offset += size
+        else:
+            parts.append((m.digest, offset, m.size))
+    return parts
 
 
 def _claim_alive(claim: Any) -> bool:

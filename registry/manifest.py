@@ -62,6 +62,9 @@ def validate_raw(raw: Any) -> list[str]:
     if problems:
         return problems
     members = {m["path"]: m for m in raw["members"]}
+    for m in raw["members"]:
+        if "chunks" in m and sum(c["size"] for c in m["chunks"]) != m["size"]:
+            problems.append(f"members/{m['path']}: chunk sizes do not add up to the member size")
     if len(members) != len(raw["members"]):
         problems.append("members: duplicate paths")
     if [m["path"] for m in raw["members"]] != sorted(members):
@@ -95,6 +98,7 @@ class Member:
     sha256: str
     size: int
     role: str
+    chunks: tuple[tuple[str, int], ...] = ()   # (sha256 hex, size), covering the member in order
 
     @property
     def digest(self) -> str:
@@ -187,7 +191,9 @@ class Manifest:
 
     @property
     def members(self) -> list[Member]:
-        return [Member(m["path"], m["sha256"], m["size"], m["role"]) for m in self.raw["members"]]
+        return [Member(m["path"], m["sha256"], m["size"], m["role"],
+                       tuple((c["sha256"], c["size"]) for c in m.get("chunks", ())))
+                for m in self.raw["members"]]
 
     @property
     def samples(self) -> list[Sample]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from ..chunking import hash_chunks
 from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
 from ..digests import canonical_json
@@ -170,6 +171,26 @@ class BundleFile:
                 yield data
 
     def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
+        """Check a member's sha256 (and its chunks' when it has them) in one streamed pass."""
+        if member.chunks:
+            offset, _size = self.member_span(member.path)
+            spans, pos = [], 0
+            for _sha, n in member.chunks:
+                spans.append((pos, n))
+                pos += n
+            whole, hashed = hash_chunks(self.path, spans, offset=offset)
+            if progress:
+                progress(member.size)
+            bad = next((i for i, (got, want) in enumerate(zip(hashed, member.chunks)) if got[0] != want[0]), None)
+            if bad is not None and whole == member.sha256:
+                raise IntegrityError(f"{self.path}: member {member.path!r} chunk {bad} does not match the "
+                                     f"manifest", member=member.path, hint="the manifest was altered")
+            if whole != member.sha256:
+                raise IntegrityError(
+                    f"{self.path}: member {member.path!r} is corrupt (sha256 {whole[:12]}..., "
+                    f"manifest says {member.sha256[:12]}...)", member=member.path,
+                    hint="the file was modified or damaged in transit; fetch it again")
+            return
         h = hashlib.sha256()
         for chunk in self.iter_member_chunks(member.path):
             h.update(chunk)

@@ -73,6 +73,10 @@ class BlobStore(Protocol):
                  progress: ProgressFn | None = None) -> None:
         """Download to ``dest`` atomically, verifying the digest on the way."""
 
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None) -> None: ...
+        # stream the blob into an open writable (written in order), verifying its digest;
+        # IntegrityError after the bytes were written when they do not match (discard ``out``)
+
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream (the caller verifies)."""
 
@@ -229,6 +233,15 @@ class HashingWriter:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+
+@contextlib.contextmanager
+def verified_into(out: BinaryIO, digest: str, where: str) -> Iterator[HashingWriter]:
+    """A writer into ``out`` that checks, on leaving, that what went through hashes to ``digest``."""
+    writer = HashingWriter(out)
+    yield writer
+    if "sha256:" + writer.hexdigest() != digest:
+        raise corrupt_blob_error(digest, writer.hexdigest(), where)
 
 
 @contextlib.contextmanager

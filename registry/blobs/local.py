@@ -21,8 +21,8 @@ from typing import BinaryIO, Iterator
 from ..constants import CHUNK_SIZE
 from ..digests import iter_chunks, sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
-                   checked_range, corrupt_blob_error, digest_from_relpath)
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath, checked_range,
+                   corrupt_blob_error, digest_from_relpath, verified_into)
 
 __all__ = ["LocalBlobStore"]
 
@@ -138,6 +138,14 @@ class LocalBlobStore:
         with self.open(digest) as src, atomic_download(dest, digest, self.url) as out:
             for chunk in iter_chunks(src):
                 out.write(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None) -> None:
+        """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
+        with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
+            for chunk in iter_chunks(src):
+                writer.write(chunk)
                 if progress is not None:
                     progress(len(chunk))
 

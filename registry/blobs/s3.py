@@ -37,8 +37,8 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
-                   checked_range, corrupt_blob_error, digest_from_relpath)
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath, checked_range,
+                   corrupt_blob_error, digest_from_relpath, verified_into)
 
 __all__ = ["S3BlobStore"]
 
@@ -162,6 +162,19 @@ class S3BlobStore:
             with atomic_download(dest, digest, self.url) as out, self._transfer_manager() as manager:
                 subscribers = _subscribers(progress) + [_KnownSize(size)]
                 manager.download(self.bucket, key, out, subscribers=subscribers).result()
+        except RegistryError:
+            raise
+        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
+            raise self._error(exc, "download", digest, check_bucket=True) from exc
+
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None) -> None:
+        """Stream the object into ``out`` in order (parts fetched in parallel), verifying it."""
+        size = self.stat(digest).size
+        key = self._key(digest)
+        try:
+            with verified_into(out, digest, self.url) as writer, self._transfer_manager() as manager:
+                subscribers = _subscribers(progress) + [_KnownSize(size)]
+                manager.download(self.bucket, key, writer, subscribers=subscribers).result()
         except RegistryError:
             raise
         except (ClientError, BotoCoreError, RetriesExceededError) as exc:

@@ -1,0 +1,99 @@
+"""Weight-level chunking: pure planning, plus a fine-tune that shares all but one layer."""
+import subprocess
+import sys
+
+import pytest
+
+from registry.chunking import plan_chunks
+from tests.fixtures_pt2 import ROOT
+
+
+def test_plan_covers_the_member_exactly():
+    spans = [(100, 70_000), (70_200, 10), (80_000, 100_000)]
+    chunks = plan_chunks(spans, 200_000)
+    assert chunks == [(0, 100), (100, 70_000), (70_100, 9_900), (80_000, 100_000), (180_000, 20_000)]
+    assert sum(n for _s, n in chunks) == 200_000
+    assert plan_chunks([], 10) == [(0, 10)]
+    # hostile spans (overlapping, out of range) are ignored, never produce a gap or overlap
+    weird = plan_chunks([(0, 100_000), (50_000, 100_000), (150_000, 10**9)], 200_000)
+    assert weird == [(0, 100_000), (100_000, 100_000)]
+
+
+FINETUNE = """
+import sys, torch
+class M(torch.nn.Module):
+    def __init__(s):
+        super().__init__(); s.layers = torch.nn.ModuleList([torch.nn.Linear(256, 256) for _ in range(6)])
+    def forward(s, x):
+        for l in s.layers: x = l(x)
+        return x
+torch.manual_seed(0); m = M()
+torch.export.save(torch.export.export(m, (torch.randn(2, 256),)), sys.argv[1] + "/base.pt2")
+with torch.no_grad(): m.layers[2].weight.mul_(1.01)
+torch.export.save(torch.export.export(m, (torch.randn(2, 256),)), sys.argv[1] + "/ft.pt2")
+"""
+
+
+@pytest.fixture(scope="module")
+def finetune_pair(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ft")
+    subprocess.run([sys.executable, "-c", FINETUNE, str(out)], check=True, cwd=ROOT, capture_output=True)
+    return out
+
+
+def test_finetune_of_one_layer_in_six_stores_about_that_layer(finetune_pair, tmp_path):
+    from registry.bundler import ProgramInput, build_bundle
+    from registry.client import Registry
+    from registry.config import Settings
+
+    base = build_bundle(tmp_path / "base.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
+    ft = build_bundle(tmp_path / "ft.pt2b", [ProgramInput("m", finetune_pair / "ft.pt2")])
+    member = base.manifest.members[0]
+    assert len(member.chunks) > 6  # every weight is its own chunk
+
+    reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
+    reg.push(base.path, "m")
+    size = lambda: sum(b.size for b in reg.blobs.list())  # noqa: E731
+    before = size()
+    result = reg.push(ft.path, "m")
+    growth = (size() - before) / ft.path.stat().st_size
+    assert result.created and growth <= 0.25, growth
+    # the fine-tune pulls back byte-identical, from shared and new chunks
+    reg2 = Registry(Settings.resolve(home=str(tmp_path / "other-home"), db=reg.settings.db_url,
+                                     store=reg.settings.store_url))
+    out = tmp_path / "pulled.pt2b"
+    reg2.pull("m@2", out)
+    assert out.read_bytes() == ft.path.read_bytes()
+
+
+def test_weights_shared_between_programs_are_stored_once(finetune_pair, tmp_path):
+    from registry.bundler import ProgramInput, build_bundle
+    from registry.client import Registry
+    from registry.config import Settings
+
+    two = build_bundle(tmp_path / "two.pt2b", [ProgramInput("encoder", finetune_pair / "base.pt2"),
+                                               ProgramInput("decoder", finetune_pair / "ft.pt2")])
+    reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
+    reg.push(two.path, "two")
+    stored = sum(b.size for b in reg.blobs.list())
+    assert stored < 0.7 * two.path.stat().st_size  # 5 of 6 layers are shared: about 7/12
+
+
+def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
+    import copy
+
+    from registry.archive.bundle import BundleFile, write_bundle
+    from registry.bundler import ProgramInput, build_bundle
+    from registry.errors import IntegrityError
+    from registry.manifest import Manifest
+
+    good = build_bundle(tmp_path / "g.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
+    raw = copy.deepcopy(good.manifest.to_json())
+    chunks = raw["members"][0]["chunks"]
+    chunks[1]["sha256"] = "0" * 64  # a lie about one weight, member digest unchanged
+    forged = Manifest.from_raw(raw)
+    src = BundleFile.open(good.path)
+    out = tmp_path / "forged.pt2b"
+    write_bundle(out, forged, {m.path: (lambda p=m.path: src.open_member(p)) for m in forged.members})
+    with pytest.raises(IntegrityError, match="chunk 1"):
+        BundleFile.open(out).verify()
