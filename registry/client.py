@@ -105,7 +105,48 @@ class Registry:
     def meta(self) -> Any:
         from .store import open_metadata_store
 
-        return open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
+        meta = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
+        self._flush_spool(meta)
+        return meta
+
+    @property
+    def _spool_path(self) -> Path:
+        return self.settings.home / "audit-spool.jsonl"
+
+    def _spool_event(self, action: str, **fields: Any) -> None:
+        """Record an audit event locally when serving from the cache without the database; it
+        is appended to the shared audit log at the next database contact."""
+        import json
+
+        event = {"action": action, "actor": actor(), "host": hostname(),
+                 "at": datetime.now(timezone.utc).isoformat(), **fields}
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(event, sort_keys=True) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def _flush_spool(self, meta: Any) -> None:
+        import json
+
+        path = self._spool_path
+        if not path.exists():
+            return
+        claimed = path.with_name(f"{path.name}.{os.getpid()}.flushing")
+        try:
+            os.replace(path, claimed)
+        except FileNotFoundError:
+            return  # another process is flushing it
+        for line in claimed.read_text("utf-8").splitlines():
+            try:
+                e = json.loads(line)
+                meta.record_event(e["action"], actor=e["actor"], host=e["host"], model=e.get("model"),
+                                  number=e.get("number"), digest=e.get("digest"), ref=e.get("ref"),
+                                  details={"served_from_cache_at": e.get("at")})
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a killed process: nothing to record
+        claimed.unlink()
 
     @cached_property
     def blobs(self) -> Any:
@@ -186,6 +227,11 @@ class Registry:
         parsed = ref if isinstance(ref, Ref) else Ref.parse(ref)
         cached = self._cached_pinned(parsed)
         if cached is not None:
+            if record and "meta" in self.__dict__:  # the database is open anyway: record now
+                self.meta.record_event(record, actor=actor(), host=hostname(), model=parsed.name,
+                                       digest=parsed.digest, ref=str(parsed))
+            elif record:
+                self._spool_event(record, model=parsed.name, digest=parsed.digest, ref=str(parsed))
             return cached
         version = self.meta.resolve(parsed)
         manifest = Manifest.from_bytes(version.manifest_json.encode("utf-8"))
