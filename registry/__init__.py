@@ -28,7 +28,7 @@ _LAZY = {
     "bundle_exported_programs": ("registry.bundler", "bundle_exported_programs"),
     "ProgramInput": ("registry.bundler", "ProgramInput"),
     "SampleInput": ("registry.bundler", "SampleInput"),
-    "load": ("registry.api", "load"),
+    "load": ("registry.loader", "load"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
