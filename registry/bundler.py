@@ -23,7 +23,7 @@ from .archive.zipsafe import read_entries
 from .chunking import MIN_MEMBER, hash_chunks, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
-from .errors import NotFoundError, UsageError
+from .errors import NotFoundError, UnsafeArchiveError, UsageError
 from .manifest import Manifest
 from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import normalize_pt2
@@ -199,7 +199,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
                  samples: Sequence[SampleInput] = (), metadata: Mapping[str, str] | None = None,
                  rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                  torch_requirement: str | None = None, device_types: Sequence[str] | None = None,
-                 build_info: Mapping[str, Any] | None = None) -> BuildResult:
+                 build_info: Mapping[str, Any] | None = None, trust_pickle: bool = False) -> BuildResult:
     """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically."""
     if not programs:
         raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
@@ -216,7 +216,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         b = _Builder(work)
         for i, src in enumerate(programs):
             b.add_program(src, i)
-        sample_entries = _build_samples(b, samples, rtol, atol)
+        sample_entries = _build_samples(b, samples, rtol, atol, trust_pickle)
         hw = sorted({d for p in b.programs.values() for d in p["dtypes"]} & HARDWARE_DTYPES)
         from .torchrt import environment
 
@@ -242,7 +242,8 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, atol: float) -> list[dict]:
+def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, atol: float,
+                   trust_pickle: bool = False) -> list[dict]:
     if not samples:
         return []
     from .samples import run_program, write_sample
@@ -257,6 +258,11 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         value = load_inputs_file(s.inputs) if isinstance(s.inputs, (str, os.PathLike)) else s.inputs
         if s.program not in modules:
             norm, archive = b.normalized[s.program]
+            if archive.pickled and not trust_pickle:
+                raise UnsafeArchiveError(
+                    f"program {s.program!r} stores pickled data ({', '.join(archive.pickled[:3])}); computing "
+                    f"samples would unpickle it", member=archive.pickled[0],
+                    hint="bundle without --sample, or pass --trust-pickle if you trust this file")
             inner = b.programs[s.program]["variants"][0]["archive_name"]
             modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program])
         program = b.programs[s.program]

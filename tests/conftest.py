@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.services_pg",
     "tests.services_s3",
     "tests.fixtures_registry",
+    "tests.integration.conftest_models",
 ]

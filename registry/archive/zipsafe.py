@@ -86,7 +86,8 @@ def read_entries(path: str | os.PathLike, *, where: str | None = None,
         with open(path, "rb") as fp:
             try:
                 zf = zipfile.ZipFile(fp)
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError,
+                    NotImplementedError, struct.error, UnicodeDecodeError, KeyError, IndexError) as exc:
                 raise UnsafeArchiveError(f"{where}: not a valid zip archive ({exc})",
                                          hint="the file is truncated, corrupt or not a bundle") from exc
             infos = zf.infolist()

@@ -34,11 +34,13 @@ def _program_arg(text: str) -> tuple[str | None, str]:
               help="Import a module that registers custom ops (needed only to compute samples).")
 @click.option("--load-library", "libraries", multiple=True, metavar="PATH.so",
               help="Load a compiled custom-op library (needed only to compute samples).")
+@click.option("--trust-pickle", is_flag=True,
+              help="Allow unpickling this file's pickled weights/constants to compute samples.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...],
            rtol: float | None, atol: float | None, torch_requirement: str | None,
            device_types: tuple[str, ...], imports: tuple[str, ...], libraries: tuple[str, ...],
-           as_json: bool) -> None:
+           trust_pickle: bool, as_json: bool) -> None:
     """Package .pt2 programs into one immutable, content-addressed bundle.
 
     \b
@@ -68,7 +70,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
                           rtol=DEFAULT_RTOL if rtol is None else rtol,
                           atol=DEFAULT_ATOL if atol is None else atol,
                           torch_requirement=torch_requirement, device_types=device_types or None,
-                          build_info=build_info())
+                          build_info=build_info(), trust_pickle=trust_pickle)
     if as_json:
         emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
                    "size": result.path.stat().st_size})

@@ -131,24 +131,26 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
 @click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
 @click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
 @click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
+@click.option("--trust-pickle", is_flag=True,
+              help="Report pickled members as warnings instead of refusing them (exit 5).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with \"compatible\".")
 @pass_app
 def verify(app: App, source: str, device: str | None, target_file: str | None, imports: tuple[str, ...],
-           libraries: tuple[str, ...], pubkeys: tuple[str, ...], as_json: bool) -> None:
+           libraries: tuple[str, ...], pubkeys: tuple[str, ...], trust_pickle: bool, as_json: bool) -> None:
     """Check that a bundle can run on a target, without loading it; report every finding.
 
     Checks the serializer version, torch requirement, device type, hardware dtypes (bf16/fp8),
     custom ops (registered, same schema, kernel for the device), TorchBind classes, AOTInductor
-    targets and baked devices, and picks the variant each program would load. Exit 0 when
-    compatible, 4 when not.
+    targets and baked devices, and picks the variant each program would load; members torch
+    would unpickle are refused. Exit 0 when compatible, 4 when not, 5 for pickled members.
     """
-    from ..errors import IncompatibleError
+    from ..errors import IncompatibleError, UnsafeArchiveError
     from ..loader import verify_bundle
 
     src = _materialize(app, source)
     _require_signature(src, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
-    report = verify_bundle(src, device=device, target=t)
+    report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle)
     if as_json:
         emit_json({**report.to_json(), "digest": src.digest, "device": device or t.device_type,
                    "target": t.summary()})
@@ -157,6 +159,9 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
     if not report.compatible:
         errors = report.errors
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        unsafe = next((f for f in errors if f.code == "pickle"), None)
+        if unsafe is not None:
+            raise UnsafeArchiveError(f"refused: {unsafe.message}{more}", hint=unsafe.fix)
         raise IncompatibleError(f"not compatible: {errors[0].message}{more}", findings=list(report.findings))
 
 

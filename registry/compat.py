@@ -1,0 +1,399 @@
+"""Can this bundle run on that target? Pure rules over (manifest, target, device).
+
+Each rule returns ``Finding``s (an error blocks loading, a warning does not) that say what is
+wrong, why it matters and how to fix it. ``check`` runs every rule, picks one variant per program
+and reports everything at once::
+
+    >>> report = check(manifest, Target.load("box.json"), "cuda:0")      # doctest: +SKIP
+    >>> report.compatible, report.choices["decoder"]
+    (True, ('portable', 'portable program: no AOTInductor variant matches ...'))
+
+Variant choice: an AOTInductor variant whose target matches exactly (device key, compute
+capability, platform, machine, and a CPU ISA the target supports) wins, since it is the
+compiled, faster form; otherwise the portable ExportedProgram, which can be moved to any device.
+
+A newer serde schema *minor* than the runtime's is a warning, not an error: minor bumps are
+additive (torch itself loads such archives silently) and fail only if the program uses a
+construct the older reader lacks, which the load then reports. A different *major* is an error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .manifest import Manifest, ProgramSpec, Variant
+from .pt2.graph import HARDWARE_DTYPES
+from .target import Target, op_key
+
+__all__ = ["Finding", "CompatReport", "check", "choose_variant", "aoti_mismatch", "RULES", "device_type_of",
+           "serde_schema_rule", "torch_version_rule", "device_type_rule", "hardware_dtype_rule",
+           "custom_op_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule",
+           "DEVICE_DISPATCH_KEYS", "COMPOSITE_KEYS"]
+
+#: Kernels registered under these keys serve every device.
+COMPOSITE_KEYS = frozenset({"CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                            "CompositeExplicitAutogradNonFunctional"})
+#: The dispatch keys whose kernels run tensors of a device type (ROCm registers under CUDA).
+DEVICE_DISPATCH_KEYS = {
+    "cpu": ("CPU", "QuantizedCPU", "SparseCPU"),
+    "cuda": ("CUDA", "HIP", "QuantizedCUDA", "SparseCUDA"),
+    "mps": ("MPS",), "xpu": ("XPU",), "meta": ("Meta",),
+}
+_MIN_CC = {"bfloat16": (8, 0), "float8_e4m3fn": (8, 9), "float8_e5m2": (8, 9), "float8_e8m0fnu": (10, 0)}
+_AMD_ONLY = {"float8_e4m3fnuz", "float8_e5m2fnuz"}
+#: A CPU with the key also runs code built for the values (AVX-512 machines run AVX2 code).
+_ISA_IMPLIES = {"AVX512": {"AVX2"}, "SVE256": {"ASIMD", "NEON"}, "ASIMD": {"NEON"}}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem. ``message`` is a single line naming the thing; ``why``/``fix`` explain."""
+
+    severity: str          # "error" | "warning"
+    code: str              # e.g. "custom-op-missing"
+    program: str | None
+    message: str
+    why: str = ""
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"severity": self.severity, "code": self.code, "program": self.program,
+                "message": self.message, "why": self.why, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class CompatReport:
+    """Every finding, and per program the chosen variant id (None: nothing loadable) and why."""
+
+    compatible: bool
+    findings: tuple[Finding, ...]
+    choices: Mapping[str, tuple[str | None, str]] = field(default_factory=dict, hash=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compatible": self.compatible,
+                "findings": [f.to_json() for f in self.findings],
+                "variants": {p: {"id": vid, "reason": why} for p, (vid, why) in self.choices.items()}}
+
+
+def device_type_of(device: str | None, target: Target) -> str:
+    return (device or target.device_type).split(":", 1)[0]
+
+
+def _err(code: str, program: str | None, message: str, why: str = "", fix: str = "") -> Finding:
+    return Finding("error", code, program, message, why, fix)
+
+
+def _warn(code: str, program: str | None, message: str, why: str = "", fix: str = "") -> Finding:
+    return Finding("warning", code, program, message, why, fix)
+
+
+def _describe(t: Mapping[str, Any]) -> str:
+    parts = [t.get("device_key") or "?"]
+    if t.get("compute_capability"):
+        parts.append(f"sm_{t['compute_capability']}")
+    parts += [p for p in (t.get("platform"), t.get("machine"), t.get("cpu_isa")) if p]
+    return " ".join(parts)
+
+
+def _isa_features(isa: str | None) -> set[str]:
+    tokens = set((isa or "").upper().split()) - {"INVALID_VEC_ISA"}
+    for tok in list(tokens):
+        tokens |= _ISA_IMPLIES.get(tok, set())
+    return tokens
+
+
+def aoti_mismatch(vt: Mapping[str, Any], target: Target, device_type: str) -> str | None:
+    """Why an AOTInductor variant cannot run on the target, or None when it matches exactly."""
+    key = vt.get("device_key") or "cpu"
+    if key != device_type:
+        return f"built for {key}, the target device is {device_type}"
+    cc, tcc = vt.get("compute_capability") or None, target.compute_capability_str
+    if cc != tcc:
+        built = f"built for sm_{cc}" if cc else "built without a recorded compute capability"
+        return f"{built}, the target is {'sm_' + tcc if tcc else 'of unknown compute capability'}"
+    for attr in ("platform", "machine"):
+        want, have = vt.get(attr), getattr(target, attr)
+        if want and want != have:
+            return f"built for {attr} {want}, the target's is {have or 'unknown'}"
+    needed = _isa_features(vt.get("cpu_isa")) if key == "cpu" else set()
+    if needed:
+        if target.cpu_isa is None:
+            return f"built for CPU ISA {vt.get('cpu_isa')}, the target's CPU ISA is unknown"
+        missing = sorted(needed - _isa_features(target.cpu_isa))
+        if missing:
+            return f"built for CPU ISA {vt.get('cpu_isa')}, the target lacks {' '.join(missing)}"
+    return None
+
+
+def choose_variant(program: ProgramSpec, target: Target, device: str | None = None) -> tuple[Variant | None, str]:
+    """The variant to load on the target and why (None when no variant can run there)."""
+    device_type = device_type_of(device, target)
+    rejected = []
+    for v in program.variants:
+        if v.kind != "aoti":
+            continue
+        why_not = aoti_mismatch(v.target, target, device_type)
+        if why_not is None:
+            return v, f"AOTInductor variant {v.id} matches the target ({_describe(v.target)})"
+        rejected.append(f"{v.id}: {why_not}")
+    portable = program.portable
+    if portable is None:
+        return None, "no variant can run here: " + "; ".join(rejected)
+    if not rejected:
+        return portable, "portable program (the bundle has no AOTInductor variant for it)"
+    return portable, "portable program: no AOTInductor variant matches (" + "; ".join(rejected) + ")"
+
+
+# ---------------------------------------------------------------------------------------- rules
+
+def serde_schema_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """Serializer schema major must equal the runtime's; a newer minor warns; archive version 0."""
+    out: list[Finding] = []
+    major, minor = target.serde_schema
+    for name, prog in manifest.programs.items():
+        chosen, _ = choose_variant(prog, target, device)
+        needed = chosen is None or chosen.kind == "exported_program"
+        ser = prog.raw["serialization"]
+        pmajor, pminor = ser["schema_version"]
+        if pmajor != major:
+            make = _err if needed else _warn
+            out.append(make(
+                "serde-schema", name,
+                f"program {name!r} was serialized with serde schema {pmajor}.{pminor} (torch "
+                f"{ser['torch_version']}); torch {target.torch_version} reads schema {major}.x"
+                + ("" if needed else "; only its AOTInductor variant can load"),
+                "torch.export cannot deserialize an archive written with another schema major version",
+                f"run it with a torch whose serde schema major is {pmajor} (like {ser['torch_version']}), "
+                f"or re-export the model with torch {target.torch_version}"))
+        elif pminor > minor and needed:
+            out.append(_warn(
+                "serde-minor", name,
+                f"program {name!r} uses serde schema {pmajor}.{pminor}, newer than {major}.{minor} of "
+                f"torch {target.torch_version}",
+                "minor schema bumps are additive; loading fails only if the program uses a newer construct",
+                f"prefer torch >= {ser['torch_version'].split('+')[0]} on the target"))
+        archive_version = ser.get("archive_version")
+        if needed and archive_version not in (None, "0"):
+            out.append(_err("archive-version", name,
+                            f"program {name!r} has pt2 archive version {archive_version}; torch "
+                            f"{target.torch_version} reads version 0",
+                            "torch refuses archives of another archive version",
+                            "re-export the model with the target's torch"))
+    return out
+
+
+def torch_version_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """The target torch must satisfy the bundle's PEP 440 requirement."""
+    spec_text = manifest.requirements.get("torch")
+    if not spec_text:
+        return []
+    try:
+        spec = SpecifierSet(spec_text)
+    except InvalidSpecifier:
+        return [_warn("torch-version", None, f"the bundle's torch requirement {spec_text!r} is not a "
+                      f"PEP 440 specifier; it was not checked", fix="rebuild with --torch-requirement '>=X.Y'")]
+    try:
+        version = Version(target.torch_version)
+    except InvalidVersion:
+        return [_warn("torch-version", None, f"target torch version {target.torch_version!r} is not a "
+                      f"PEP 440 version; requirement {spec_text!r} was not checked")]
+    # Nightlies (2.14.0a0+git...) count: a pre-release is the torch the target really runs.
+    if spec.contains(version, prereleases=True):
+        return []
+    return [_err("torch-version", None,
+                 f"torch {target.torch_version} does not satisfy the bundle's requirement {spec_text!r}",
+                 "the bundle was built for another torch range; ops and serialization may differ",
+                 f"run it with torch {spec_text}, or rebuild the bundle for torch {target.torch_version}")]
+
+
+def device_type_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """The device must be the target's, supported by the bundle, and new enough."""
+    out = []
+    device_type = device_type_of(device, target)
+    if device_type != target.device_type:
+        out.append(_err("device-type", None,
+                        f"requested device {device} but the target describes a {target.device_type} machine",
+                        fix=f"use --device {target.device_type} or a target file for a {device_type} machine"))
+    allowed = manifest.requirements.get("device_types")
+    if allowed is not None and device_type not in allowed:
+        out.append(_err("device-type", None,
+                        f"the bundle supports device types {', '.join(allowed)}, not {device_type}",
+                        "the publisher restricted where this bundle may run",
+                        f"run it on {' or '.join(allowed)}"))
+    need = manifest.requirements.get("min_compute_capability")
+    cc = target.compute_capability
+    if need and device_type == "cuda" and cc is not None and tuple(cc) < tuple(need):
+        out.append(_err("compute-capability", None,
+                        f"the bundle needs compute capability >= {need[0]}.{need[1]}, the target is {cc[0]}.{cc[1]}",
+                        fix=f"run it on a GPU with sm_{need[0]}{need[1]} or newer"))
+    return out
+
+
+def hardware_dtype_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """bf16 needs sm_80, fp8 sm_89 on CUDA; fp8 on CPU works but with few kernels (warning)."""
+    out = []
+    device_type = device_type_of(device, target)
+    for name, prog in manifest.programs.items():
+        for dtype in sorted(set(prog.raw["dtypes"]) & HARDWARE_DTYPES):
+            f = _dtype_finding(name, dtype, device_type, target)
+            if f:
+                out.append(f)
+    return out
+
+
+def _dtype_finding(name: str, dtype: str, device_type: str, target: Target) -> Finding | None:
+    is_fp8 = dtype.startswith("float8")
+    if device_type == "cuda" and target.rocm_version:
+        if is_fp8:
+            return _warn("hw-dtype", name, f"program {name!r} uses {dtype}; ROCm support depends on the GPU",
+                         "fp8 needs MI300-class hardware", "check the GPU generation of the target")
+        return None
+    if device_type == "cuda":
+        if dtype in _AMD_ONLY:
+            return _err("hw-dtype", name, f"program {name!r} uses {dtype}, an AMD-only format, on a CUDA target",
+                        fix="export with float8_e4m3fn/float8_e5m2 for NVIDIA GPUs")
+        need = _MIN_CC.get(dtype)
+        cc = target.compute_capability
+        if need is None:
+            return None
+        if cc is None:
+            return _warn("hw-dtype", name, f"program {name!r} uses {dtype}, which needs sm_{need[0]}{need[1]}; "
+                         f"the target's compute capability is unknown", fix="add compute_capability to the target")
+        if tuple(cc) < need:
+            return _err("hw-dtype", name,
+                        f"program {name!r} uses {dtype}, which needs compute capability >= {need[0]}.{need[1]}; "
+                        f"the target is {cc[0]}.{cc[1]}",
+                        f"{dtype} kernels exist only for sm_{need[0]}{need[1]} and newer",
+                        "run it on a newer GPU, or export a float16/float32 variant")
+        return None
+    if is_fp8:
+        return _warn("hw-dtype", name, f"program {name!r} uses {dtype} on {device_type}",
+                     f"few {device_type} kernels support {dtype}; expect missing kernels or slow emulation",
+                     "run it on a GPU with fp8 support (sm_89+)")
+    return None
+
+
+def custom_op_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """Each custom op registered on the target, with the same schema and a kernel for the device."""
+    out = []
+    device_type = device_type_of(device, target)
+    keys = DEVICE_DISPATCH_KEYS.get(device_type, (device_type.upper(),))
+    for name, prog in manifest.programs.items():
+        for op in prog.required_ops:
+            key = op_key(op["name"], op["overload"])
+            info = target.custom_ops.get(key)
+            if info is None:
+                out.append(_err("custom-op-missing", name,
+                                f"program {name!r} needs custom op {key}, which is not registered on the target",
+                                "the graph calls it; without a registration the program cannot even deserialize",
+                                f"register it first: --import MODULE or --load-library PATH.so that defines {op['name']}"))
+                continue
+            want, have = _norm(op.get("schema")), _norm(info.schema)
+            if want and have and want != have:
+                out.append(_err("custom-op-schema", name,
+                                f"custom op {key} has schema '{info.schema}' on the target; the program was "
+                                f"exported with '{op['schema']}'",
+                                "a different signature means different arguments or semantics",
+                                "register the same version of the op library the model was exported with"))
+            present = set(info.dispatch_keys)
+            if not present & (set(keys) | COMPOSITE_KEYS):
+                have_keys = ", ".join(info.dispatch_keys) or "none"
+                out.append(_err("custom-op-kernel", name,
+                                f"custom op {key} has no {keys[0]} kernel on the target (kernels: {have_keys})",
+                                f"the op is registered but cannot run on {device_type} tensors",
+                                f"build/register its {keys[0]} implementation, or run on a device it supports"))
+    return out
+
+
+def _norm(schema: str | None) -> str:
+    return " ".join((schema or "").split())
+
+
+def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """Every TorchBind class the program holds must be registered on the target."""
+    have = {c.removeprefix("__torch__.") for c in target.torchbind_classes}
+    out = []
+    for name, prog in manifest.programs.items():
+        for cls in prog.raw["torchbind_classes"]:
+            if cls.removeprefix("__torch__.") not in have:
+                out.append(_err("torchbind", name,
+                                f"program {name!r} holds a TorchBind object of class {cls}, which is not "
+                                f"registered on the target",
+                                "its methods and (de)serialization come from a compiled library",
+                                "load the library that defines it: --load-library PATH.so"))
+    return out
+
+
+def aoti_target_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """A program with only AOTInductor variants needs one built exactly for the target."""
+    out = []
+    for name, prog in manifest.programs.items():
+        chosen, reason = choose_variant(prog, target, device)
+        if chosen is None:
+            out.append(_err("aoti-target", name,
+                            f"program {name!r} has only AOTInductor variants and none matches the target "
+                            f"({reason.split(': ', 1)[-1]})",
+                            "compiled code runs only on the device, GPU generation and platform it was built for",
+                            "add a variant compiled on the target, or bundle the portable program with it"))
+    return out
+
+
+def _same_device(baked: str, device: str) -> bool:
+    btype, _, bidx = baked.partition(":")
+    dtype, _, didx = device.partition(":")
+    return btype == dtype and (not bidx or not didx or bidx == didx)
+
+
+def baked_device_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """Devices hard-coded at export: moved with the portable program (warning), else an error."""
+    out = []
+    device = device or target.device_type
+    for name, prog in manifest.programs.items():
+        chosen, _ = choose_variant(prog, target, device)
+        for b in prog.baked_devices:
+            if _same_device(b["device"], device):
+                continue
+            where = f" at {b['source']}" if b.get("source") else ""
+            code = f" ({b['code']})" if b.get("code") else ""
+            what = f"program {name!r}: device {b['device']!r} is baked into {b['op']}{where}{code}"
+            if chosen is not None and chosen.kind == "exported_program":
+                out.append(_warn("baked-device", name, f"{what}; it will be moved to {device}",
+                                 "export records device constants; the loader rewrites them with move_to_device_pass",
+                                 "nothing to do; to avoid it, create tensors with device=x.device before export"))
+            elif chosen is not None:
+                out.append(_warn("baked-device", name, f"{what}; the AOTInductor variant {chosen.id} may still use it",
+                                 "compiled code keeps the devices of the graph it was compiled from",
+                                 "compile the AOTInductor variant from a program moved to the target device"))
+            else:
+                out.append(_err("baked-device", name, f"{what}; it cannot be moved: the program has no portable variant",
+                                "only a portable ExportedProgram can be moved to another device",
+                                "bundle the portable program beside its AOTInductor variants"))
+    return out
+
+
+#: Every rule, in report order. Each: (manifest, target, device) -> list[Finding].
+RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
+    serde_schema_rule, torch_version_rule, device_type_rule, hardware_dtype_rule, custom_op_rule,
+    torchbind_rule, aoti_target_rule, baked_device_rule)
+
+
+def check(manifest: Manifest, target: Target, device: str | None = None) -> CompatReport:
+    """Run every rule and choose a variant per program. ``device`` defaults to the target's type."""
+    findings = [f for rule in RULES for f in rule(manifest, target, device)]
+    choices = {}
+    for name, prog in manifest.programs.items():
+        chosen, reason = choose_variant(prog, target, device)
+        choices[name] = (chosen.id if chosen else None, reason)
+    return CompatReport(compatible=not any(f.severity == "error" for f in findings),
+                        findings=tuple(findings), choices=choices)

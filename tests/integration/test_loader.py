@@ -1,0 +1,173 @@
+"""The loader on real tiny models: verify, load, validate inputs, run samples, pick variants."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from registry.errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError  # noqa: E402
+from registry.loader import LoadedBundle, load, load_bundle, verify_bundle  # noqa: E402
+from registry.sources import materialize_file  # noqa: E402
+from registry.target import Target  # noqa: E402
+from registry.target_probe import probe  # noqa: E402
+from tests.integration.conftest_models import baked_source_line  # noqa: E402
+
+
+@pytest.fixture
+def open_bundle(tmp_path):
+    return lambda built: materialize_file(built.path, tmp_path / "cache")
+
+
+class _MustNotRun:
+    """Stands in for a program's graph: a call reaching it means validation came too late."""
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("the graph ran before the inputs were validated")
+
+
+def test_encdec_verifies_runs_samples_and_reproduces_export_outputs(encdec, open_bundle):
+    src = open_bundle(encdec)
+    report = verify_bundle(src, device="cpu")
+    assert report.compatible and report.findings == ()
+    bundle = load_bundle(src, device="cpu")
+    assert isinstance(bundle, LoadedBundle) and set(bundle) == {"encoder", "decoder"}
+    results = bundle.run_samples()
+    assert [r.name for r in results] == ["encoder-0", "decoder-0"]
+    assert all(r.ok and r.outputs[0]["max_abs"] <= 1e-6 for r in results)
+    enc = bundle["encoder"](*encdec.inputs["encoder"])
+    torch.testing.assert_close(enc, encdec.expected["encoder"])
+    dec = bundle["decoder"](*encdec.inputs["decoder"])
+    torch.testing.assert_close(dec, encdec.expected["decoder"])
+    hidden, targets = encdec.inputs["decoder"]
+    torch.testing.assert_close(bundle["decoder"](hidden=hidden, targets=targets), encdec.expected["decoder"])
+    assert bundle["decoder"].variant.id == "portable" and bundle["decoder"].device == "cpu"
+
+
+@pytest.mark.parametrize("program, make, message", [
+    ("encoder", lambda: (torch.randint(0, 32, (9, 4)),), "input 'tokens' dim 0 (batch) is 9, allowed 1..8"),
+    ("encoder", lambda: (torch.randn(2, 4),), "input 'tokens' has dtype float32, expected int64"),
+    ("encoder", lambda: (torch.randint(0, 32, (2, 40)),), "input 'tokens' dim 1 (seq) is 40, allowed 2..16"),
+    ("decoder", lambda: (torch.randn(2, 5, 8), torch.randint(0, 32, (2, 7))),
+     "input 'targets' dim 1 (seq + 1) is 7, expected 6 because seq is 5 (from input 'hidden' dim 1)"),
+    ("decoder", lambda: (torch.randn(2, 5, 8), torch.randint(0, 32, (3, 6))),
+     "input 'targets' dim 0 (batch) is 3, but input 'hidden' dim 0 is 2; they must be equal"),
+    ("decoder", lambda: (torch.randn(2, 5, 8),), "the program takes (hidden, targets), got (1 positional)"),
+])
+def test_bad_inputs_fail_before_the_graph_runs(encdec, open_bundle, program, make, message):
+    bundle = load_bundle(open_bundle(encdec), device="cpu")
+    bundle[program]._module = _MustNotRun()
+    with pytest.raises(InputValidationError) as exc:
+        bundle[program](*make())
+    assert str(exc.value) == message and exc.value.exit_code == 4
+
+
+def test_unknown_program_is_named(encdec, open_bundle):
+    bundle = load_bundle(open_bundle(encdec), device="cpu", programs=["encoder"])
+    assert list(bundle) == ["encoder"]
+    with pytest.raises(NotFoundError, match="no loaded program 'decoder'"):
+        bundle["decoder"]
+    with pytest.raises(NotFoundError, match="no program 'nope'"):
+        load_bundle(open_bundle(encdec), programs=["nope"])
+
+
+def test_load_api_takes_a_file_path(encdec, tmp_path):
+    bundle = load(encdec.path, cache_dir=tmp_path / "cache")
+    torch.testing.assert_close(bundle["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
+
+
+def test_incompatible_target_raises_before_any_deserialization(encdec, open_bundle, monkeypatch):
+    import registry.torchrt as torchrt
+
+    def no_load(*a, **k):
+        raise AssertionError("deserialized an incompatible bundle")
+
+    monkeypatch.setattr(torchrt, "load_exported_program", no_load)
+    here = probe("cpu", cpu_isa=False)
+    other = Target.from_json({**here.to_json(), "serde_schema": [9, 0]})
+    with pytest.raises(IncompatibleError) as exc:
+        load_bundle(open_bundle(encdec), device="cpu", target=other)
+    assert exc.value.exit_code == 4 and "serde schema 8." in str(exc.value)
+    assert {f.code for f in exc.value.findings} == {"serde-schema"}
+
+
+def test_custom_op_bundle_is_refused_without_its_op(custom_op, open_bundle):
+    with pytest.raises(IncompatibleError) as exc:
+        load_bundle(open_bundle(custom_op), device="cpu")
+    assert "pt2reg_mylib::scale_add" in str(exc.value) and "--import" in exc.value.one_line()
+    assert exc.value.findings[0].code == "custom-op-missing"
+
+
+def test_a_blocked_program_does_not_block_the_others(custom_op, encdec, open_bundle, tmp_path):
+    from registry.archive.bundle import BundleFile
+    from registry.bundler import ProgramInput, build_bundle
+
+    with_op = BundleFile.open(custom_op.path).extract_member("programs/model.pt2", tmp_path / "with_op.pt2")
+    plain = BundleFile.open(encdec.path).extract_member("programs/encoder.pt2", tmp_path / "encoder.pt2")
+    mixed = build_bundle(tmp_path / "mixed.pt2b", [ProgramInput("encoder", plain), ProgramInput("model", with_op)])
+    src = materialize_file(mixed.path, tmp_path / "cache")
+    with pytest.raises(IncompatibleError, match="pt2reg_mylib::scale_add"):
+        load_bundle(src, device="cpu")
+    bundle = load_bundle(src, device="cpu", programs=["encoder"])
+    torch.testing.assert_close(bundle["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
+
+
+def test_baked_cpu_program_is_moved_to_another_device(baked, open_bundle):
+    src = open_bundle(baked)
+    line = baked_source_line()
+    assert src.manifest.programs["model"].baked_devices[0]["source"] == line
+    # "meta" stands in for a GPU here: the same move_to_device_pass path, no hardware needed.
+    bundle = load_bundle(src, device="meta")
+    (f,) = bundle.report.findings
+    assert (f.severity, f.code) == ("warning", "baked-device") and line in f.message
+    out = bundle["model"](torch.randn(2, 7, device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (2, 7)
+    with pytest.raises(InputValidationError, match="is on cpu, the program runs on meta"):
+        bundle["model"](torch.randn(2, 7))
+    cpu = load_bundle(src, device="cpu")
+    assert cpu.report.findings == () and all(r.ok for r in cpu.run_samples())
+
+
+def test_pickled_members_are_refused_unless_trusted(pickled, open_bundle):
+    src = open_bundle(pickled)
+    report = verify_bundle(src, device="cpu")
+    assert not report.compatible and [(f.code, f.severity) for f in report.findings] == [("pickle", "error")]
+    trusted = verify_bundle(src, device="cpu", trust_pickle=True)
+    assert trusted.compatible and [(f.code, f.severity) for f in trusted.findings] == [("pickle", "warning")]
+    with pytest.raises(UnsafeArchiveError) as exc:
+        load_bundle(src, device="cpu")
+    assert exc.value.exit_code == 5 and exc.value.member == "programs/encoder.pt2"
+    assert "data/misc/payload.pkl" in str(exc.value)
+    bundle = load_bundle(src, device="cpu", trust_pickle=True)
+    assert bundle["encoder"](torch.randint(0, 32, (2, 3))).shape == (2, 3, 8)
+
+
+@pytest.mark.slow
+def test_aoti_variant_is_chosen_here_and_runs(aoti, open_bundle):
+    src = open_bundle(aoti)
+    variants = [v.id for v in src.manifest.programs["encoder"].variants]
+    assert variants[0] == "portable" and variants[1].startswith("aoti-cpu-")
+    bundle = load_bundle(src, device="cpu")
+    assert bundle["encoder"].variant.kind == "aoti"
+    assert "matches the target" in bundle.report.choices["encoder"][1]
+    torch.testing.assert_close(bundle["encoder"](*aoti.inputs["encoder"]), aoti.expected["encoder"])
+    (result,) = bundle.run_samples()
+    assert result.ok and result.variant == variants[1]
+    # AOTInductor does not check ranges; our validation still does, before the compiled code.
+    with pytest.raises(InputValidationError, match=r"dim 1 \(seq\) is 40, allowed 2..16"):
+        bundle["encoder"](torch.randint(0, 32, (2, 40)))
+
+
+@pytest.mark.slow
+def test_aoti_other_target_gets_the_portable_program(aoti, open_bundle):
+    src = open_bundle(aoti)
+    here = probe("cpu", cpu_isa=True)
+    for change, words in (({"machine": "aarch64"}, "the target's is aarch64"),
+                          ({"cpu_isa": None}, "the target's CPU ISA is unknown"),
+                          ({"device_type": "cuda", "compute_capability": [9, 0]}, "built for cpu, the target device is cuda")):
+        other = Target.from_json({**here.to_json(), **change})
+        report = verify_bundle(src, target=other)
+        vid, why = report.choices["encoder"]
+        assert vid == "portable" and words in why, why
+    bundle = load_bundle(src, device="cpu", target=Target.from_json({**here.to_json(), "machine": "aarch64"}))
+    assert bundle["encoder"].variant.id == "portable"
+    torch.testing.assert_close(bundle["encoder"](*aoti.inputs["encoder"]), aoti.expected["encoder"])
