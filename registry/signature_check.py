@@ -232,7 +232,7 @@ def check_inputs(spec: Sequence[Mapping[str, Any]], values: Sequence[Any], *,
 def _check_one(s: Mapping[str, Any], value: Any, symbols: _Symbols, device: str | None) -> None:
     name, dtype, shape = s["name"], s["dtype"], s.get("shape")
     meta = value_meta(value)
-    if dtype in _NON_TENSOR:
+    if shape is None and dtype in _NON_TENSOR:  # tensors always have a shape list (even 0-d)
         _check_scalar(s, value, meta)
         return
     if meta is None:

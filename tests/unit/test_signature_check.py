@@ -156,3 +156,15 @@ def test_anything_else_fails_with_one_line(b, s, t):
         assert ok
     except InputValidationError as e:
         assert not ok and "\n" not in str(e) and str(e).startswith("input '")
+
+
+def test_bool_tensor_is_not_a_python_bool():
+    """A bool *tensor* input (an attention mask) shares the dtype name with a Python bool."""
+    from registry.signature_check import check_inputs
+
+    spec = [{"name": "mask", "dtype": "bool", "shape": [2, 3], "kind": "positional", "path": "args[0]"}]
+    import torch
+
+    check_inputs(spec, [torch.ones(2, 3, dtype=torch.bool)])
+    with pytest.raises(InputValidationError, match="must be a bool tensor"):
+        check_inputs(spec, [True])
