@@ -219,7 +219,32 @@ class Registry:
             if not self.cache.has(m.digest):
                 return None
             files[m.path] = self.cache.path(m.digest)
-        return MaterializedBundle(manifest, files, [], label=str(ref), name=ref.name)
+        return MaterializedBundle(manifest, files, self._cached_signatures(ref.digest), label=str(ref),
+                                  name=ref.name)
+
+    def _signatures_path(self, digest: str) -> Path:
+        return self.settings.cache_dir / "signatures" / f"{digest.split(':', 1)[1]}.json"
+
+    def _cached_signatures(self, digest: str) -> list[dict[str, Any]]:
+        """Signatures seen for a digest (they are verified cryptographically when required)."""
+        import json
+
+        try:
+            sigs = json.loads(self._signatures_path(digest).read_text("utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [s for s in sigs if isinstance(s, dict)] if isinstance(sigs, list) else []
+
+    def _cache_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
+        import json
+        import tempfile
+
+        path = self._signatures_path(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".incomplete")
+        with os.fdopen(fd, "w") as f:
+            json.dump(sigs, f)
+        os.replace(tmp, path)
 
     def materialize(self, ref: str | Ref, *, progress: Progress | None = None,
                     record: str | None = "pull") -> MaterializedBundle:
@@ -255,11 +280,12 @@ class Registry:
             import io
 
             self.cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
-        sigs = self.meta.signatures(version.name, version.number)
+        sigs = [s if isinstance(s, dict) else s.to_json() for s in self.meta.signatures(version.name, version.number)]
+        self._cache_signatures(version.digest, sigs)
         if record:
             self.meta.record_event(record, actor=actor(), host=hostname(), model=version.name,
                                    number=version.number, digest=version.digest, ref=str(parsed))
-        return MaterializedBundle(manifest, files, [s if isinstance(s, dict) else s.to_json() for s in sigs],
+        return MaterializedBundle(manifest, files, sigs,
                                   label=f"{version.name}@{version.number}", name=version.name,
                                   version=version.number)
 

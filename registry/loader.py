@@ -264,7 +264,7 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
 def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
          target: Target | None = None, trust_pickle: bool = False, imports: Sequence[str] = (),
          libraries: Sequence[str] = (), cache_dir: str | os.PathLike | None = None,
-         programs: Sequence[str] | None = None) -> LoadedBundle:
+         programs: Sequence[str] | None = None, require_signature: Sequence[str] = ()) -> LoadedBundle:
     """``registry.load``: a bundle file, a registry ref or a materialized bundle, loaded on ``device``.
 
     >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
@@ -288,6 +288,10 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
             from .client import Registry
 
             src = Registry(settings).materialize(text)
+    if require_signature:  # before anything is deserialized
+        from .signing import require_signature as check_signature
+
+        check_signature(src, require_signature)
     return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs)
 
 

@@ -43,14 +43,8 @@ def _materialize(app: App, source: str) -> Any:
 
 
 def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> None:
-    if not pubkeys:
-        return
-    try:
-        from ..signing import require_signature
-    except ImportError as exc:
-        from ..errors import UsageError
+    from ..signing import require_signature
 
-        raise UsageError("signature checking is not available yet") from exc
     require_signature(src, list(pubkeys))
 
 

@@ -1,6 +1,8 @@
 """Issue 6: Ed25519 signing of versions; --require-signature refuses unsigned or forged ones."""
 import json
 
+import pytest
+
 from registry.archive.bundle import BundleFile
 
 
@@ -11,7 +13,7 @@ def test_signed_version_verifies_and_unsigned_is_refused(reg_env, bundles, tmp_p
     again = reg_env.cli("key", "generate", str(tmp_path / "ci"))
     assert again.returncode == 2 and "already exists" in again.stderr
 
-    r = reg_env.cli("push", str(bundles["v3"]), "--name", "m", "--sign", str(tmp_path / "ci.key"), "--json")
+    r = reg_env.cli("push", str(bundles["ed"]), "--name", "m", "--sign", str(tmp_path / "ci.key"), "--json")
     assert r.returncode == 0, r.stderr
     assert reg_env.cli("push", str(bundles["v4"]), "--name", "m").returncode == 0  # unsigned v2
 
@@ -25,12 +27,41 @@ def test_signed_version_verifies_and_unsigned_is_refused(reg_env, bundles, tmp_p
                     "--require-signature", str(tmp_path / "ci.pub"))
     assert r.returncode == 0, r.stderr
 
+    for cmd in (["verify", "m@1"], ["run", "m@1", "--samples"], ["verify", str(out)]):
+        r = reg_env.cli(*cmd, "--require-signature", str(tmp_path / "ci.pub"))
+        assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+        r = reg_env.cli(*cmd, "--require-signature", str(tmp_path / "other.pub"))
+        assert r.returncode == 5 and "not signed by any" in r.stderr, (cmd, r.stderr)
+    digest = BundleFile.open(out).digest  # a cached, pinned ref keeps its signatures
+    r = reg_env.cli("verify", f"m@{digest}", "--require-signature", str(tmp_path / "ci.pub"))
+    assert r.returncode == 0, r.stderr
+    r = reg_env.cli("verify", "m@2", "--require-signature", str(tmp_path / "ci.pub"))
+    assert r.returncode == 5 and "not signed" in r.stderr
     for ref, key, needle in (("m@2", "ci.pub", "not signed"), ("m@1", "other.pub", "not signed by any")):
         bad = tmp_path / "bad.pt2b"
         r = reg_env.cli("pull", ref, "-o", str(bad), "--require-signature", str(tmp_path / key))
         assert r.returncode == 5, r.stderr
         assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
         assert not bad.exists()
+
+
+def test_python_api_signing(tmp_path, bundles):
+    from registry.client import Registry
+    from registry.config import Settings
+    from registry.errors import SignatureError
+    from registry.loader import load
+    from registry.publishing import publish
+    from registry.signing import generate_keypair
+
+    key, pub = generate_keypair(tmp_path / "k")
+    reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
+    publish(reg, bundles["ed"], "api", sign_key=key, detect_git=False)
+    src = reg.materialize("api@1")
+    assert src.signatures and src.signatures[0]["algorithm"] == "ed25519"
+    model = load(bundles["ed"], require_signature=[], cache_dir=tmp_path / "c")
+    assert "encoder" in model
+    with pytest.raises(SignatureError):
+        load(bundles["ed"], require_signature=[str(pub)], cache_dir=tmp_path / "c")
 
 
 def test_forged_signature_in_bundle_is_refused(reg_env, bundles, tmp_path):

@@ -109,21 +109,19 @@ def test_truncated_file(good, tmp_path):
             BundleFile.open(p)
 
 
-def test_zip_bomb_refused_fast_without_inflating(tmp_path):
-    """512 MiB of zeros deflated to ~0.5 MiB: refused from the header, nothing inflated."""
-    path = tmp_path / "bomb.pt2b"
+def zip_bomb(path: Path) -> Path:
+    """A bundle whose program member is 512 MiB of zeros deflated to ~0.5 MiB."""
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
     chunk = b"\0" * (1 << 20)
     body = b"".join(comp.compress(chunk) for _ in range(512)) + comp.flush()
     crc = 0
     for _ in range(512):
         crc = zlib.crc32(chunk, crc)
-    name = b"programs/model.pt2"
     mf = manifest_for().canonical
     out = io.BytesIO()
     entries = []
     for n, data, method, usize, c in ((b"manifest.json", mf, 0, len(mf), zlib.crc32(mf)),
-                                      (name, body, 8, 512 << 20, crc)):
+                                      (b"programs/model.pt2", body, 8, 512 << 20, crc)):
         entries.append((n, out.tell(), method, len(data), usize, c))
         out.write(struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 0, c, len(data), usize, len(n), 0))
         out.write(n + data)
@@ -133,6 +131,11 @@ def test_zip_bomb_refused_fast_without_inflating(tmp_path):
                               len(n), 0, 0, 0, 0, 0, off) + n)
     out.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 2, 2, out.tell() - cd, cd, 0))
     path.write_bytes(out.getvalue())
+    return path
+
+
+def test_zip_bomb_refused_fast_without_inflating(tmp_path):
+    path = zip_bomb(tmp_path / "bomb.pt2b")
     assert path.stat().st_size < 2 << 20
     start = time.monotonic()
     with pytest.raises(UnsafeArchiveError, match="compressed"):
