@@ -21,19 +21,24 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
+from typing import TYPE_CHECKING, Any
+
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from ..errors import DatabaseOutdatedError, StoreError
 from .engine import WRITE_OPTION, redacted_url, translate_error
 
+if TYPE_CHECKING:  # alembic costs ~130 ms to import: only migrations and slow checks load it
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 __all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "heads",
-           "script_location"]
+           "script_location", "HEAD_REVISION"]
+
+#: The schema revision this software expects. A test keeps it equal to the scripts' only head,
+#: so the everyday check (database at head?) needs no Alembic import.
+HEAD_REVISION = "0001_initial"
 
 #: pg_advisory_xact_lock key serializing schema checks and upgrades ("pt2m").
 MIGRATION_LOCK_KEY = 0x7074326D
@@ -52,7 +57,9 @@ def script_location() -> Path:
     return root
 
 
-def _config(connection: Connection | None = None) -> Config:
+def _config(connection: Connection | None = None) -> "Config":
+    from alembic.config import Config
+
     config = Config()
     # ConfigParser interpolates '%', which may appear in an install path.
     config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
@@ -61,7 +68,9 @@ def _config(connection: Connection | None = None) -> Config:
     return config
 
 
-def _script() -> ScriptDirectory:
+def _script() -> "ScriptDirectory":
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config())
 
 
@@ -80,7 +89,21 @@ def head_revision() -> str:
 
 
 def _revision_of(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn).get_current_revision()
+
+
+def _fast_revision(engine: Engine) -> Any:
+    """The stamped revision read with plain SQL (no Alembic import); None when unreadable."""
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    except sa_exc.SQLAlchemyError:
+        return None
+    return rows[0] if len(rows) == 1 else None
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -97,6 +120,8 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def _is_known(revision: str) -> bool:
+    from alembic.util import CommandError
+
     try:
         return _script().get_revision(revision) is not None
     except CommandError:
@@ -149,6 +174,8 @@ def _migrate(engine: Engine, *, only_if_fresh: bool) -> tuple[str | None, str]:
                     _check_known(engine, before, head)
                 elif not _is_known(before):
                     raise _newer_error(engine, before)
+                from alembic import command
+
                 command.upgrade(_config(conn), "head")
                 return before, head
     except sa_exc.SQLAlchemyError as exc:
@@ -172,6 +199,8 @@ def ensure_schema(engine: Engine, *, auto_create: bool) -> None:
 
         >>> ensure_schema(make_engine("sqlite:////tmp/reg/registry.db"), auto_create=True)
     """
+    if _fast_revision(engine) == HEAD_REVISION:
+        return
     head = head_revision()
     current = current_revision(engine)  # the common case, without taking the write lock
     if current is not None:

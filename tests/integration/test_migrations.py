@@ -114,6 +114,7 @@ def test_database_behind_head_needs_an_explicit_upgrade(engine, tmp_path, monkey
                 batch.drop_column("note")
         """))
     monkeypatch.setattr(migrate, "script_location", lambda: scripts)
+    monkeypatch.setattr(migrate, "HEAD_REVISION", "0002_next")  # what the next release ships
     with pytest.raises(DatabaseOutdatedError, match="behind") as caught:
         ensure_schema(engine, auto_create=True)  # never migrate an existing database silently
     assert (caught.value.current, caught.value.head) == ("0001_initial", "0002_next")
@@ -164,3 +165,10 @@ def test_installed_layout_finds_scripts_as_a_package(tmp_path):
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == head_revision()
+
+
+def test_head_constant_matches_the_scripts():
+    """ensure_schema's fast path compares against HEAD_REVISION without importing Alembic."""
+    from registry.store.migrate import HEAD_REVISION, head_revision
+
+    assert HEAD_REVISION == head_revision()
