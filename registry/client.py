@@ -306,8 +306,10 @@ class Registry:
         by one of them, checked before anything is written.
         """
         parsed = Ref.parse(ref)
-        version = self.meta.resolve(parsed)
         src = self.materialize(parsed, progress=progress)
+        # the version the bytes came from (a cached pinned ref: look its number up by digest)
+        version = self.meta.resolve(Ref(parsed.name, version=src.version) if src.version
+                                    else Ref(parsed.name, digest=src.digest))
         if require_signature:
             from .signing import require_signature as check
 
@@ -331,20 +333,23 @@ class Registry:
 
     def set_alias(self, name: str, alias: str, ref: str) -> Any:
         validate_alias(alias)
-        target = self.meta.resolve(Ref.parse(ref if "@" in ref or ref.startswith(name) else f"{name}@{ref}"))
+        text = ref if "@" in ref or ref.startswith(name) else f"{name}@{ref}"
+        target = self.meta.resolve(Ref.parse(text))
         if target.name != name:
             raise UsageError(f"alias {alias!r} of {name!r} cannot point at {target.name}@{target.number}")
-        return self.meta.set_alias(name, alias, target.number, actor=actor(), host=hostname())
+        return self.meta.set_alias(name, alias, target.number, actor=actor(), host=hostname(),
+                                   ref_for_audit=text)
 
     def remove_alias(self, name: str, alias: str) -> None:
-        self.meta.remove_alias(validate_name(name), alias, actor=actor(), host=hostname())
+        self.meta.remove_alias(validate_name(name), alias, actor=actor(), host=hostname(),
+                               ref_for_audit=f"{name}@{alias}")
 
     def set_status(self, ref: str, status: str, reason: str) -> Any:
         if not reason.strip():
             raise UsageError("a reason is required", hint="pass --reason TEXT")
         version = self.meta.resolve(Ref.parse(ref))
         return self.meta.set_status(version.name, version.number, status, reason,
-                                    actor=actor(), host=hostname())
+                                    actor=actor(), host=hostname(), ref_for_audit=ref)
 
     def show(self, ref: str, *, at: str | None = None) -> Any:
         """A version; with ``at`` (ISO 8601) and an alias ref, the version the alias held then."""

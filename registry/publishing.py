@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from .archive.bundle import BundleFile
-from .errors import UsageError
+from .errors import NotFoundError, UsageError
 from .refs import DIGEST_RE
 
 __all__ = ["publish", "lineage_edges", "parse_dataset", "git_state", "publisher_environment"]
@@ -24,14 +24,15 @@ _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 def parse_dataset(text: str) -> tuple[str, str | None]:
     """``URI[@sha256:HEX]`` -> (uri, digest or None)."""
     uri, sep, digest = text.rpartition("@sha256:")
-    if sep:
+    if not sep:
+        uri, digest = text, None
+    else:
         digest = "sha256:" + digest
         if not DIGEST_RE.match(digest):
             raise UsageError(f"invalid dataset digest in {text!r}", hint="expected URI@sha256:<64 hex>")
-        return uri, digest
-    if not text.strip():
-        raise UsageError("empty dataset URI")
-    return text, None
+    if not uri.strip():
+        raise UsageError(f"empty dataset URI in {text!r}", hint="expected URI[@sha256:<64 hex>]")
+    return uri, digest
 
 
 def git_state(cwd: str | None = None) -> tuple[str, bool] | None:
@@ -68,7 +69,13 @@ def lineage_edges(registry: Any, *, parents: Sequence[str] = (), datasets: Seque
                   code_uri: str | None = None, detect_git: bool = True) -> list[dict[str, Any]]:
     edges: list[dict[str, Any]] = []
     for ref in parents:
-        v = registry.resolve(ref)
+        try:
+            v = registry.resolve(ref)
+        except NotFoundError as exc:  # say which option named it: push has many refs in play
+            raise NotFoundError(f"parent {ref}: {exc.message}", what=exc.what, name=exc.name,
+                                hint=exc.hint) from exc
+        except UsageError as exc:
+            raise UsageError(f"invalid --parent {ref!r}: {exc.message}", hint=exc.hint) from exc
         edges.append({"kind": "parent", "value": f"{v.name}@{v.number}", "digest": v.digest})
     for d in datasets:
         uri, digest = parse_dataset(d)

@@ -9,4 +9,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   echo "PostgreSQL server binaries missing; installing Debian's postgresql" >&2
   if [ "$(id -u)" = 0 ]; then apt-get install -y -q postgresql >/dev/null; else sudo apt-get install -y -q postgresql >/dev/null; fi
 fi
+if ! command -v dot >/dev/null 2>&1; then
+  echo "Graphviz dot missing (lineage --dot is rendered by the tests); installing Debian's graphviz" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q graphviz >/dev/null; else sudo apt-get install -y -q graphviz >/dev/null; fi
+fi
 exec .venv/bin/python -m pytest -q "$@"

@@ -17,12 +17,17 @@ _KIND_LABEL = {"dataset": "dataset", "run": "run", "commit": "commit", "code": "
 def node_json(n: Any) -> dict[str, Any]:
     return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
             "depth": n.depth, "aliases": sorted(n.aliases or []),
+            "created_by": n.created_by,
+            "created_at": n.created_at.isoformat() if n.created_at else None,
+            "environment": n.environment,
             "edges": [{"kind": e.kind, "value": e.value, "digest": e.digest, "extra": e.extra}
                       for e in n.edges]}
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string literal; a newline in ``text`` becomes DOT's centred line break."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped + '"'
 
 
 def lineage_dot(nodes: list[Any]) -> str:
@@ -32,7 +37,7 @@ def lineage_dot(nodes: list[Any]) -> str:
     lines = ["digraph lineage {", "  rankdir=LR;", '  node [fontname="Helvetica"];']
     seen: set[str] = set()
     for n in nodes:
-        label = n.ref + (f"\\n[{', '.join(sorted(n.aliases))}]" if n.aliases else "")
+        label = n.ref + (f"\n[{', '.join(sorted(n.aliases))}]" if n.aliases else "")
         style = ', style=dashed' if n.status == "yanked" else ""
         lines.append(f"  {_quote(n.digest)} [shape=box, label={_quote(label)}{style}];")
         for e in n.edges:
@@ -42,11 +47,13 @@ def lineage_dot(nodes: list[Any]) -> str:
                     lines.append(f"  {_quote(e.digest)} [shape=box, label={_quote(e.value)}];")
                 lines.append(f"  {_quote(e.digest or e.value)} -> {_quote(n.digest)} [label=\"parent\"];")
                 continue
-            key = f"{e.kind}:{e.value}"
+            # Two snapshots of one dataset URI are two inputs: the digest is part of the node.
+            key = f"{e.kind}:{e.value}" + (f"@{e.digest}" if e.digest else "")
             if key not in seen:
                 seen.add(key)
                 shape = {"dataset": "cylinder", "run": "ellipse", "commit": "note", "code": "folder"}[e.kind]
-                label = f"{e.kind}: {e.value}" + (f"\\n{e.digest[:19]}..." if e.digest else "")
+                label = (f"{e.kind}: {e.value}" + (f"\n{e.digest[:19]}..." if e.digest else "")
+                         + ("\n(dirty tree)" if (e.extra or {}).get("dirty") else ""))
                 lines.append(f"  {_quote(key)} [shape={shape}, label={_quote(label)}];")
             lines.append(f"  {_quote(key)} -> {_quote(n.digest)};")
     lines.append("}")
@@ -151,8 +158,11 @@ def audit(app: App, model: str | None, since: str | None, verify: bool, as_json:
         if not verdict.ok:
             from ..errors import IntegrityError
 
-            raise IntegrityError(f"audit chain broken at event {verdict.first_bad_seq}: {verdict.reason}",
-                                 hint="the audit table was edited, reordered or had events deleted")
+            where = (f"at event {verdict.first_bad_seq}" if verdict.first_bad_seq is not None
+                     else "(no event names the change)")
+            raise IntegrityError(f"audit log broken {where}: {verdict.reason}",
+                                 hint="the audit table or the registry tables were altered "
+                                      "outside pt2reg")
         if not as_json:
             click.echo(f"audit chain intact ({verdict.reason})" if verdict.reason else "audit chain intact")
         return

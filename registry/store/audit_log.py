@@ -16,13 +16,14 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ..audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain
-from .orm import AuditEventRow, json_text, now_text
+from .orm import AliasRow, AuditEventRow, ModelRow, VersionRow, json_text, now_text
 
-__all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify"]
+__all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile"]
 
 #: pg_advisory_xact_lock key serializing audit appends ("pt2a").
 AUDIT_LOCK_KEY = 0x70743261
 ALIAS_ACTIONS = ("alias.set", "alias.move", "alias.remove")
+_STATUS_OF = {"deprecate": "deprecated", "yank": "yanked", "restore": "active"}
 
 
 def append_event(session: Session, action: str, *, actor: str, host: str,
@@ -62,7 +63,74 @@ def alias_at(session: Session, model: str, alias: str, when: datetime) -> int | 
 
 
 def verify(session: Session) -> ChainVerdict:
-    """Re-walk the stored chain, streaming, with values exactly as stored."""
+    """Re-walk the stored chain, streaming, with values exactly as stored; then check that the
+    registry's state is what the log says it should be (:func:`reconcile`).
+
+    The chain alone cannot see its newest events being deleted (nothing links to them); the
+    state check catches that for state changes, and catches state edited behind the log's back.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        # One snapshot for the chain and the state, so concurrent writers cause no false alarm
+        # (SQLite's read transaction is already a snapshot).
+        session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
     rows = session.scalars(select(AuditEventRow).order_by(AuditEventRow.seq)
                            .execution_options(yield_per=1000))
-    return verify_chain(row.to_chain_dict() for row in rows)
+    verdict = verify_chain(row.to_chain_dict() for row in rows)
+    return reconcile(session, verdict) if verdict.ok else verdict
+
+
+def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
+    """``verdict`` unless versions, statuses or aliases disagree with a replay of the log.
+
+    Every version must have exactly its one publish event; every version's status and every
+    alias must be where the last event about it left them. A mismatch names the last event about
+    the thing that disagrees (or no event, when the log never mentions it).
+    """
+    published: dict[tuple[str, int], tuple[int, str | None]] = {}
+    status: dict[tuple[str, int], tuple[int, str]] = {}
+    aliases: dict[tuple[str, str], tuple[int, int | None]] = {}
+    for seq, action, model, number, digest, details in session.execute(
+            select(AuditEventRow.seq, AuditEventRow.action, AuditEventRow.model,
+                   AuditEventRow.version, AuditEventRow.digest, AuditEventRow.details_json)
+            .where(AuditEventRow.action.in_(("publish", *_STATUS_OF, *ALIAS_ACTIONS)))
+            .order_by(AuditEventRow.seq).execution_options(yield_per=1000)):
+        if action == "publish":
+            published[(model, number)] = (seq, digest)
+        elif action in _STATUS_OF:
+            status[(model, number)] = (seq, _STATUS_OF[action])
+        else:
+            alias = json.loads(details).get("alias")
+            aliases[(model, alias)] = (seq, None if action == "alias.remove" else number)
+
+    def broken(seq: int | None, what: str) -> ChainVerdict:
+        return ChainVerdict(False, seq, f"{what} (the log and the registry disagree)")
+
+    for name, number, digest, state in session.execute(
+            select(ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.status)
+            .join(ModelRow, ModelRow.id == VersionRow.model_id)
+            .order_by(ModelRow.name, VersionRow.number)):
+        seq, logged = published.pop((name, number), (None, None))
+        if logged != digest:
+            return broken(seq, f"version {name}@{number} ({digest}) "
+                               + ("has no publish event" if seq is None
+                                  else f"was published as {logged}"))
+        seq, logged = status.get((name, number), (None, "active"))
+        if logged != state:
+            return broken(seq, f"version {name}@{number} is {state} but the log says {logged}")
+    if published:
+        (name, number), (seq, _) = min(published.items(), key=lambda kv: kv[1][0])
+        return broken(seq, f"event {seq} publishes {name}@{number}, which is not in the registry")
+    for name, alias, number in session.execute(
+            select(ModelRow.name, AliasRow.alias, VersionRow.number)
+            .join(AliasRow, AliasRow.model_id == ModelRow.id)
+            .join(VersionRow, VersionRow.id == AliasRow.version_id)):
+        seq, logged = aliases.pop((name, alias), (None, None))
+        if logged != number:
+            where = "not set" if logged is None else f"at {name}@{logged}"
+            return broken(seq, f"alias {name}@{alias} points at {name}@{number} but the log "
+                               f"says it is {where}")
+    for (name, alias), (seq, logged) in sorted(aliases.items(), key=lambda kv: kv[1][0]):
+        if logged is not None:
+            return broken(seq, f"alias {name}@{alias} is missing but the log says it points at "
+                               f"{name}@{logged}")
+    return verdict

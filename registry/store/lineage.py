@@ -6,11 +6,13 @@ down finds versions with a parent edge to the current digests. Used by
 """
 from __future__ import annotations
 
+import json
 from typing import Callable, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..audit_chain import parse_ts
 from .orm import AliasRow, LineageRow, ModelRow, VersionRow
 from .records import LineageNode
 
@@ -92,10 +94,13 @@ def nodes(session: Session, depth: dict[int, int]) -> list[LineageNode]:
         aliases.setdefault(vid, []).append(alias)
     rows = session.execute(
         select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.digest,
-               VersionRow.status)
+               VersionRow.status, VersionRow.created_by, VersionRow.created_at,
+               VersionRow.environment_json)
         .join(ModelRow, ModelRow.id == VersionRow.model_id).where(VersionRow.id.in_(ids))).all()
     found = [LineageNode(name=name, number=number, digest=digest, status=status,
                          depth=depth[vid], edges=edges.get(vid, []),
-                         aliases=sorted(aliases.get(vid, [])))
-             for vid, name, number, digest, status in rows]
+                         aliases=sorted(aliases.get(vid, [])), created_by=by,
+                         created_at=parse_ts(at) if at else None,
+                         environment=json.loads(env) if env else None)
+             for vid, name, number, digest, status, by, at, env in rows]
     return sorted(found, key=lambda n: (n.depth, n.name, n.number))

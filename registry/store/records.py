@@ -113,7 +113,8 @@ class LineageEdge:
 class LineageNode:
     """A version met in a lineage walk: ``depth`` 0 is where the walk started (or a direct
     dataset match), 1 its parents/children, and so on. ``edges`` are all its recorded edges;
-    parent edges carry the parent's digest, which links nodes into a graph."""
+    parent edges carry the parent's digest, which links nodes into a graph. ``created_by`` and
+    ``environment`` (python/torch/CUDA) say who published it from where."""
 
     name: str
     number: int
@@ -122,6 +123,9 @@ class LineageNode:
     depth: int
     edges: list[LineageEdge] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)
+    created_by: str | None = None
+    created_at: datetime | None = None
+    environment: dict[str, Any] | None = None
 
     @property
     def ref(self) -> str:

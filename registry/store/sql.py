@@ -340,7 +340,8 @@ class SqlMetadataStore:
 
         return self._write(work)
 
-    def remove_alias(self, name: str, alias: str, *, actor: str, host: str) -> AliasRecord:
+    def remove_alias(self, name: str, alias: str, *, actor: str, host: str,
+                     ref_for_audit: str | None = None) -> AliasRecord:
         """Delete an alias; returns where it pointed. NotFoundError if it does not exist.
 
             >>> store.remove_alias("bert", "staging", actor="ana", host="laptop").number
@@ -358,15 +359,16 @@ class SqlMetadataStore:
                                  parse_ts(row.updated_at), row.updated_by)
             s.delete(row)
             audit_log.append_event(s, "alias.remove", actor=actor, host=host, model=name,
-                               number=version.number, digest=version.digest,
-                               details={"alias": alias})
+                                   number=version.number, digest=version.digest,
+                                   ref=ref_for_audit, details={"alias": alias})
             return record
 
         return self._write(work)
 
     def set_status(self, name: str, number: int, status: str, reason: str | None, *,
-                   actor: str, host: str) -> VersionRecord:
-        """Deprecate, yank or restore (``active``) a version, with a reason; audited.
+                   actor: str, host: str, ref_for_audit: str | None = None) -> VersionRecord:
+        """Deprecate, yank or restore (``active``) a version, with a reason; audited
+        (``ref_for_audit``: the ref as the user gave it, e.g. ``bert@prod``).
 
             >>> store.set_status("bert", 2, "yanked", "bad accuracy", actor="ana",
             ...                  host="laptop").status
@@ -385,8 +387,8 @@ class SqlMetadataStore:
                 row.status, row.status_reason = status, reason
                 row.status_by, row.status_at = actor, now_text()
                 audit_log.append_event(s, _STATUS_ACTIONS[status], actor=actor, host=host,
-                                   model=name, number=number, digest=row.digest,
-                                   details={"reason": reason})
+                                       model=name, number=number, digest=row.digest,
+                                       ref=ref_for_audit, details={"reason": reason})
             return self._record(s, name, row)
 
         return self._write(work)
@@ -440,7 +442,10 @@ class SqlMetadataStore:
         return self._read(lambda s: [row.to_record() for row in s.scalars(stmt)])
 
     def verify_audit_chain(self) -> ChainVerdict:
-        """Re-walk the whole chain: ``(ok, first_bad_seq, reason)``.
+        """Re-walk the whole chain, then check versions, statuses and aliases against a replay
+        of it (catches a deleted newest event and state edited behind the log's back):
+        ``(ok, first_bad_seq, reason)``; ``first_bad_seq`` is None when no event names the
+        mismatch (e.g. a version row inserted without any event).
 
             >>> store.verify_audit_chain()
             ChainVerdict(ok=True, first_bad_seq=None, reason='7 events, chain intact')
