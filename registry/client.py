@@ -406,9 +406,11 @@ class Registry:
             deleted.append((blob.digest, blob.size))
         if not dry_run:
             for digest, size in deleted:
-                self.blobs.delete(digest)
+                # the event first: a crash in between leaves an event for a blob the next gc
+                # deletes again, never a deletion nobody recorded
                 self.meta.record_event("gc.delete", actor=actor(), host=hostname(), digest=digest,
                                        details={"size": size})
+                self.blobs.delete(digest)
         return GcResult(deleted, kept, dry_run)
 
 

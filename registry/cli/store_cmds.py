@@ -127,14 +127,21 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
 def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
-    """Show one version: digest, status, aliases, metadata, lineage summary."""
+    """Show one version: digest, status, aliases, metadata and the publisher's environment.
+
+    With --at, answers from the audit history what NAME@ALIAS pointed to at that time.
+    """
     reg = app.registry
     v = reg.show(ref, at=at)
-    data = version_json(v)
+    data = {**version_json(v), "environment": dict(v.environment or {})}
+    if at is not None:
+        data.update(ref=ref, at=at)
     if as_json:
         emit_json(data)
         return
     out = console()
+    if at is not None:
+        out.print(f"{esc(ref)} at {esc(at)} was {esc(v.name)}@{v.number}")
     out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {v.digest}")
     out.print(f"status: {esc(v.status + (': ' + v.status_reason if v.status_reason else ''))}")
     out.print(f"size: {format_size(v.size)}   created: {v.created_at} by {esc(v.created_by)}")
@@ -142,6 +149,9 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         out.print("aliases: " + esc(", ".join(data["aliases"])))
     for k, val in sorted(data["metadata"].items()):
         out.print(f"  {esc(k)} = {esc(val)}")
+    env = data["environment"]
+    if env:
+        out.print("published with: " + esc(", ".join(f"{k} {val}" for k, val in sorted(env.items()) if val)))
 
 
 @cli.group()
