@@ -140,9 +140,8 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         emit_json(data)
         return
     out = console()
-    if at is not None:
-        out.print(f"{esc(ref)} at {esc(at)} was {esc(v.name)}@{v.number}")
-    out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {v.digest}")
+    when = f"  ({esc(ref)} at {esc(at)})" if at is not None else ""
+    out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {v.digest}{when}")
     out.print(f"status: {esc(v.status + (': ' + v.status_reason if v.status_reason else ''))}")
     out.print(f"size: {format_size(v.size)}   created: {v.created_at} by {esc(v.created_by)}")
     if data["aliases"]:
