@@ -246,8 +246,10 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
                    trust_pickle: bool = False) -> list[dict]:
     if not samples:
         return []
-    from .samples import run_program, write_sample
-    from .torchrt import load_exported_program, load_inputs_file
+    from torch.utils._pytree import tree_flatten
+
+    from .samples import call_arguments, run_program, write_sample
+    from .torchrt import load_inputs_file
 
     modules: dict[str, Any] = {}
     entries = []
@@ -266,9 +268,6 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
             inner = b.programs[s.program]["variants"][0]["archive_name"]
             modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program])
         program = b.programs[s.program]
-        from .samples import call_arguments
-        from torch.utils._pytree import tree_flatten
-
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
         outputs = run_program(modules[s.program], program, value)

@@ -237,14 +237,11 @@ class Registry:
 
     def _cache_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
         import json
-        import tempfile
 
-        path = self._signatures_path(digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".incomplete")
-        with os.fdopen(fd, "w") as f:
-            json.dump(sigs, f)
-        os.replace(tmp, path)
+        from .atomic import atomic_write
+
+        with atomic_write(self._signatures_path(digest), fsync=False) as f:
+            f.write(json.dumps(sigs).encode("utf-8"))
 
     def materialize(self, ref: str | Ref, *, progress: Progress | None = None,
                     record: str | None = "pull") -> MaterializedBundle:

@@ -13,11 +13,11 @@ signature (``registry.signature_check``) before the graph runs.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from .atomic import atomic_write
 from .compat import CompatReport, Finding, check, choose_variant
 from .errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError
 from .manifest import Manifest, ProgramSpec, Variant
@@ -306,13 +306,6 @@ def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:
     if not dest.parent.is_dir():
         raise UsageError(f"output directory {dest.parent} does not exist")
     values = tuple(o.detach().to("cpu") if isinstance(o, t.Tensor) else o for o in outputs)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            t.save(values, f)
-        os.replace(tmp, dest)
-        return dest
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(dest) as f:
+        t.save(values, f)
+    return dest

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
 from .archive.bundle import BundleFile
-from .digests import hex_of
+from .atomic import atomic_write
+from .digests import hex_of, iter_chunks
 from .errors import IntegrityError
 from .manifest import Manifest
 
@@ -42,29 +42,17 @@ class BlobCache:
         dest = self.path(digest)
         if dest.is_file():
             return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".incomplete", dir=dest.parent)
-        try:
+        with atomic_write(dest, mode=0o444) as out:
             h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                while True:
-                    chunk = src.read(1024 * 1024)
-                    if not chunk:
-                        break
-                    h.update(chunk)
-                    out.write(chunk)
-                    if progress:
-                        progress(len(chunk))
+            for chunk in iter_chunks(src):
+                h.update(chunk)
+                out.write(chunk)
+                if progress:
+                    progress(len(chunk))
             if h.hexdigest() != hex_of(digest):
                 raise IntegrityError(f"blob {digest} is corrupt: got sha256:{h.hexdigest()}",
                                      hint="the source is damaged; nothing was cached")
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dest)
-            return dest
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        return dest
 
     def verify(self, digest: str) -> bool:
         """Re-hash a cached blob (used when a cached file is suspected)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
@@ -26,6 +25,7 @@ from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
+from ..atomic import atomic_write
 from ..manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -46,31 +46,20 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
     ``sources`` maps each manifest member path to a function opening its bytes. Each member is
     hashed while it is copied and the write fails (leaving nothing behind) on any mismatch.
     """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            writer = DeterministicZipWriter(out)
-            writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
-            for member in manifest.members:
-                if member.path not in sources:
-                    raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
-                with sources[member.path]() as src:
-                    writer.write_stream(member.path, _Verifying(src, member, progress), member.size)
-            if build:
-                writer.write_bytes(BUILD_MEMBER, canonical_json(build))
-            if signatures:
-                writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
-            writer.close()
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-        return dest
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(dest) as out:
+        writer = DeterministicZipWriter(out)
+        writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
+        for member in manifest.members:
+            if member.path not in sources:
+                raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
+            with sources[member.path]() as src:
+                writer.write_stream(member.path, _Verifying(src, member, progress), member.size)
+        if build:
+            writer.write_bytes(BUILD_MEMBER, canonical_json(build))
+        if signatures:
+            writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
+        writer.close()
+    return Path(dest)
 
 
 class _Verifying:
@@ -210,23 +199,14 @@ class BundleFile:
     def extract_member(self, path: str, dest: str | os.PathLike) -> Path:
         """Copy one member to ``dest`` atomically, verifying its sha256 on the way."""
         member = self.member(path)
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
-        try:
+        with atomic_write(dest) as out:
             h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                for chunk in self.iter_member_chunks(path):
-                    h.update(chunk)
-                    out.write(chunk)
+            for chunk in self.iter_member_chunks(path):
+                h.update(chunk)
+                out.write(chunk)
             if h.hexdigest() != member.sha256:
                 raise IntegrityError(f"{self.path}: member {path!r} is corrupt", member=path)
-            os.replace(tmp, dest)
-            return dest
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        return Path(dest)
 
 
 def _envelope(path: Path, entries: dict[str, ZipEntry], name: str, where: str) -> Any:

@@ -9,10 +9,9 @@ id is dropped.
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 from ..archive.zipsafe import open_entry
+from ..atomic import atomic_write
 from ..archive.zipwrite import DeterministicZipWriter
 from .reader import DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive
 
@@ -27,22 +26,14 @@ def _kept(name: str) -> bool:
 
 def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
     """Write the canonical form of ``archive`` to ``dest`` atomically."""
-    dest = Path(dest)
-    fd, tmp = tempfile.mkstemp(prefix=".normalize-", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            writer = DeterministicZipWriter(out)
-            for name, entry in archive.entries.items():
-                if name.startswith(SAMPLE_INPUTS_DIR):
-                    writer.write_bytes(f"{CANONICAL_ROOT}/{name}", b"")
-                    continue
-                if not _kept(name):
-                    continue
-                with open_entry(archive.path, entry) as src:
-                    writer.write_stream(f"{CANONICAL_ROOT}/{name}", src, entry.size)
-            writer.close()
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(dest, fsync=False) as out:  # a scratch file; the bundle write fsyncs
+        writer = DeterministicZipWriter(out)
+        for name, entry in archive.entries.items():
+            if name.startswith(SAMPLE_INPUTS_DIR):
+                writer.write_bytes(f"{CANONICAL_ROOT}/{name}", b"")
+                continue
+            if not _kept(name):
+                continue
+            with open_entry(archive.path, entry) as src:
+                writer.write_stream(f"{CANONICAL_ROOT}/{name}", src, entry.size)
+        writer.close()

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+
 from typing import Iterator
 
 import pytest

@@ -1,5 +1,4 @@
 """Issue 6: Ed25519 signing of versions; --require-signature refuses unsigned or forged ones."""
-import json
 
 import pytest
 

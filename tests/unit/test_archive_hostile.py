@@ -2,7 +2,7 @@
 exit 5 and one clear line; a fuzzer only ever sees the project's own errors."""
 import io
 import json
-import os
+
 import stat
 import struct
 import time

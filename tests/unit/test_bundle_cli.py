@@ -59,6 +59,7 @@ def test_same_content_same_digest_whatever_the_file_name(pt2_dir, tmp_path):
     assert da.digest == db.digest
     assert da.build is not None  # who/when is recorded, outside the identity
     c = run_cli("bundle", f"decoder={renamed}", "-o", str(tmp_path / "c.pt2b"), "--meta", "k=other")
+    assert c.returncode == 0, c.stderr
     assert BundleFile.open(tmp_path / "c.pt2b").digest != da.digest
 
 
