@@ -162,9 +162,12 @@ def needs_cpu_isa(manifest: Manifest) -> bool:
 def _resolve_target(src: MaterializedBundle, device: str | None, target: Target | None) -> Target:
     if target is not None:
         return target
+    from .target import op_key
     from .target_probe import probe
 
-    return probe(device, cpu_isa=needs_cpu_isa(src.manifest))
+    needed = {op_key(op["name"], op["overload"]) for spec in src.manifest.programs.values()
+              for op in spec.required_ops}
+    return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed))
 
 
 def _pickled(src: MaterializedBundle, report: CompatReport) -> list[tuple[str, str, list[str]]]:

@@ -38,11 +38,12 @@ def default_device() -> str:
 
 
 def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Sequence[str] = (), *,
-          cpu_isa: bool = True) -> Target:
+          cpu_isa: bool = True, ops: Sequence[str] | None = None) -> Target:
     """Describe this process's runtime for ``device`` (default: ``default_device()``).
 
     ``imports``/``libraries`` register custom ops first. ``cpu_isa=False`` skips the CPU ISA
     detection (it compiles a probe program); it matters only for AOTInductor CPU variants.
+    ``ops`` (dispatcher names such as ``ns::op``) limits the custom-op table to those ops.
     Raises IncompatibleError when the device type is not usable here (e.g. cuda without a GPU).
     """
     from . import torchrt, torchrt_dispatch as rt
@@ -55,7 +56,7 @@ def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Seq
     _check_available(t, device, device_type, index)
     cc = rt.cuda_capability(index) if device_type == "cuda" else None
     ops = {name: OpInfo(info["schema"], tuple(info["dispatch_keys"]))
-           for name, info in rt.registered_custom_ops().items()}
+           for name, info in rt.registered_custom_ops(ops).items()}
     return Target(
         torch_version=str(t.__version__),
         serde_schema=rt.serde_schema_version(),

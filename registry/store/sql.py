@@ -195,15 +195,17 @@ class SqlMetadataStore:
         ref = Ref.parse(ref) if isinstance(ref, str) else ref
 
         def work(s: Session) -> VersionRecord:
-            stmt = (select(VersionRow).join(ModelRow, ModelRow.id == VersionRow.model_id)
-                    .where(ModelRow.name == ref.name))
+            # The model id as a scalar subquery (not a join on models.name): PostgreSQL then
+            # walks the (model_id, number) index backwards instead of sorting every version.
+            model_id = select(ModelRow.id).where(ModelRow.name == ref.name).scalar_subquery()
+            stmt = select(VersionRow).where(VersionRow.model_id == model_id)
             if ref.version is not None:
                 stmt = stmt.where(VersionRow.number == ref.version)
             elif ref.digest is not None:
                 stmt = stmt.where(VersionRow.digest == ref.digest)
             elif ref.alias is not None:
                 stmt = stmt.join(AliasRow, AliasRow.version_id == VersionRow.id).where(
-                    AliasRow.model_id == ModelRow.id, AliasRow.alias == ref.alias)
+                    AliasRow.model_id == model_id, AliasRow.alias == ref.alias)
             else:
                 stmt = (stmt.where(VersionRow.status != "yanked")
                         .order_by(VersionRow.number.desc()).limit(1))

@@ -8,8 +8,6 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from ..errors import ConflictError, NotFoundError, UsageError
@@ -91,7 +89,10 @@ def lock_model_for_publish(session: Session, name: str) -> ModelRow:
         # Two first publishers race to create the model: one inserts, the other waits for it
         # and then finds the row instead of failing on the unique name.
         dialect = session.get_bind().dialect.name
-        insert = pg_insert if dialect == "postgresql" else sqlite_insert
+        if dialect == "postgresql":  # dialect modules load lazily: they cost CLI start-up
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
         session.execute(insert(ModelRow).values(name=name, created_at=now_text())
                         .on_conflict_do_nothing(index_elements=["name"]))
         row = session.scalars(stmt).one()
