@@ -275,11 +275,18 @@ class Registry:
     def _assemble(self, member: Any, dest: Path, progress: Progress | None) -> None:
         """Rebuild a chunked member from its chunk blobs into the cache, verifying every chunk
         and then the whole member; nothing is left behind on failure."""
-        from .blobs.base import atomic_download
+        from .atomic import atomic_write
 
-        with atomic_download(dest, member.digest, self.settings.store_url) as out:
+        with atomic_write(dest) as out:
+            whole = _BackgroundHasher()
+            sink = _TeeWriter(out, whole)
             for sha, _size in member.chunks:
-                self.blobs.get_into("sha256:" + sha, out, progress=progress)
+                self.blobs.get_into("sha256:" + sha, sink, progress=progress)
+            got = whole.hexdigest()
+            if got != member.sha256:
+                raise IntegrityError(f"member {member.path!r} rebuilt from its chunks does not match its "
+                                     f"sha256 (got {got[:12]}...)", member=member.path,
+                                     hint="the version's manifest is inconsistent; nothing was cached")
 
     def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None,
              require_signature: Sequence[str] = ()) -> PullResult:
@@ -452,6 +459,26 @@ class _Tee:
     def drain(self) -> None:
         while self.read(1024 * 1024):
             pass
+
+
+class _TeeWriter:
+    """Writes through to a file and feeds a hasher; unseekable, so downloads arrive in order."""
+
+    def __init__(self, fp: Any, hasher: _BackgroundHasher) -> None:
+        self._fp, self._hasher = fp, hasher
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> int:
+        self._hasher.update(bytes(data))
+        return self._fp.write(data)
+
+    def flush(self) -> None:
+        self._fp.flush()
 
 
 def _upload(bundle: BundleFile, blobs: Any, progress: Progress | None) -> tuple[int, int]:
