@@ -64,6 +64,8 @@ class GcResult:
     deleted: list[tuple[str, int]] = field(default_factory=list)
     kept_claimed: int = 0
     dry_run: bool = False
+    aborted_uploads: list[str] = field(default_factory=list)   # digests of abandoned uploads
+    released_claims: int = 0                                     # claims of dead pushes
 
     @property
     def reclaimed_bytes(self) -> int:
@@ -170,7 +172,8 @@ class Registry:
         manifest = bundle.manifest
         sigs = [*bundle.signatures, *signatures]
         parts = _stored_parts(bundle)
-        pending = self.meta.begin_pending(sorted({d for d, _o, _n in parts}), host=hostname(), pid=os.getpid())
+        pending = self.meta.begin_pending(sorted({d for d, _o, _n in parts} | {manifest.digest}),
+                                          host=hostname(), pid=os.getpid())
         try:
             with _Heartbeat(self.meta, pending):
                 uploaded, skipped = _upload(bundle, self.blobs, progress)
@@ -377,14 +380,19 @@ class Registry:
 
     # -- garbage collection ---------------------------------------------------------------
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:
-        """Delete blobs no version references and no live push has claimed."""
+        """Delete blobs no version references and no live push has claimed; abort the uploads
+        that dead pushes left half done (local tmp files, S3 multipart uploads) and release
+        their claims."""
         listed = list(self.blobs.list())
         referenced = self.meta.referenced_blobs()
         claims = self.meta.pending_claims()
         protected = set()
+        dead = []
         for claim in claims:
             if _claim_alive(claim):
                 protected.update(claim.blobs)
+            else:
+                dead.append(claim.id)
         now = time.time()
         deleted, kept = [], 0
         for blob in listed:
@@ -394,14 +402,21 @@ class Registry:
                 kept += 1
                 continue
             deleted.append((blob.digest, blob.size))
+        aborted: list[str] = []
+        abort = getattr(self.blobs, "abort_stale_uploads", None)
+        if abort is not None:
+            # claims are read again after the store has listed its uploads, so a push that
+            # started meanwhile (it claims before it writes) is spared
+            aborted = abort(grace_seconds, dry_run=dry_run, keep=lambda: {
+                d for c in self.meta.pending_claims() if _claim_alive(c) for d in c.blobs})
         if not dry_run:
-            for digest, size in deleted:
-                # the event first: a crash in between leaves an event for a blob the next gc
-                # deletes again, never a deletion nobody recorded
-                self.meta.record_event("gc.delete", actor=actor(), host=hostname(), digest=digest,
-                                       details={"size": size})
-                self.blobs.delete(digest)
-        return GcResult(deleted, kept, dry_run)
+            # under the lock push claims take: claims and references are re-read there, so a
+            # push that starts now either is seen (its blobs spared) or finds them gone
+            deleted = self.meta.sweep_blobs(deleted, is_alive=_claim_alive, delete=self.blobs.delete,
+                                            actor=actor(), host=hostname())
+            for claim_id in dead:
+                self.meta.end_pending(claim_id)
+        return GcResult(deleted, kept, dry_run, aborted, len(dead))
 
 
 def parse_time(text: str) -> datetime:

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.services_s3",
     "tests.fixtures_registry",
     "tests.integration.conftest_models",
+    "tests.big_bundle",
 ]

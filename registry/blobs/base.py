@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Protocol, runtime_checkable
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from ..errors import IntegrityError, UsageError
 from ..refs import validate_digest
@@ -88,6 +88,12 @@ class BlobStore(Protocol):
 
     def list(self) -> Iterator[BlobInfo]:
         """Every stored blob (temporary files excluded)."""
+
+    def abort_stale_uploads(self, older_than_seconds: float = 0.0, *,
+                            keep: Iterable[str] | Callable[[], Iterable[str]] = (),
+                            dry_run: bool = False) -> list[str]:
+        """Discard uploads a killed writer left behind (local tmp files, S3 multipart uploads),
+        except those of blobs in ``keep``; returns the digests they were for."""
 
 
 def open_blob_store(url: str) -> BlobStore:

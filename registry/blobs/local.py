@@ -14,9 +14,10 @@ import contextlib
 import io
 import os
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from ..constants import CHUNK_SIZE
 from ..digests import iter_chunks, sha256_bytes
@@ -87,7 +88,8 @@ class LocalBlobStore:
         try:
             tmpdir = self.root / "tmp"
             tmpdir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=digest[7:19] + ".", suffix=".tmp")
+            # named by the full digest, so gc can tell whose upload a leftover belonged to
+            fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=digest[7:] + ".", suffix=".tmp")
             with os.fdopen(fd, "wb") as out:
                 while True:
                     reading = True
@@ -185,6 +187,39 @@ class LocalBlobStore:
                 except FileNotFoundError:  # deleted while listing
                     continue
                 yield BlobInfo(digest=digest, size=st.st_size, mtime=st.st_mtime)
+
+    def abort_stale_uploads(self, older_than_seconds: float = 0.0, *,
+                            keep: Iterable[str] | Callable[[], Iterable[str]] = (),
+                            dry_run: bool = False) -> list[str]:
+        """Remove uploads abandoned by killed writers: ``tmp/`` files untouched for
+        ``older_than_seconds`` whose blob is not in ``keep`` (the digests live pushes claim).
+        Returns the digests whose leftovers were (or, with ``dry_run``, would be) removed.
+
+        ``keep`` may be a callable: it is then called after the listing, so a push that claims
+        its blobs before it starts writing (as ``Registry.push`` does) is always spared. A live
+        writer also touches its file with every chunk, so its mtime stays fresh.
+        """
+        tmpdir = self.root / "tmp"
+        now = time.time()
+        candidates = []
+        for name in _sorted_names(tmpdir):
+            try:
+                age = now - (tmpdir / name).stat().st_mtime
+            except FileNotFoundError:  # finished (renamed) or removed meanwhile
+                continue
+            if age >= older_than_seconds:
+                candidates.append(name)
+        spared = set(keep() if callable(keep) else keep)
+        removed = []
+        for name in candidates:
+            digest = "sha256:" + name.split(".", 1)[0]
+            if digest in spared:
+                continue
+            if not dry_run:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmpdir / name)
+            removed.append(digest)
+        return removed
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import io
 import os
 import re
 import threading
-from typing import BinaryIO, Iterator
+import time
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import boto3
 from botocore.config import Config
@@ -45,6 +46,7 @@ __all__ = ["S3BlobStore"]
 MiB = 1024 * 1024
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
+_MISSING_UPLOAD_CODES = {"NoSuchUpload", "404", "NotFound"}
 _BAD_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch",
                      "XAmzContentSHA256Mismatch"}
 
@@ -73,6 +75,18 @@ class S3BlobStore:
             multipart_chunksize=multipart_chunksize,
             max_request_concurrency=max_concurrency,
             max_in_memory_upload_chunks=max_concurrency + 2,
+            max_in_memory_download_chunks=max_concurrency + 2,
+            max_io_queue_size=64,
+        )
+        # Downloads always take s3transfer's ranged path, even for one small part: only that
+        # path puts writes through its ordering queue, which drops the bytes a retried GET
+        # sends again. Its single-GET path writes straight to the target and, on a retry after
+        # a connection dropped mid-body, writes the start of the object a second time, which
+        # an unseekable hashing writer can only report as a corrupt blob.
+        self._download_config = TransferConfig(
+            multipart_threshold=1,
+            multipart_chunksize=multipart_chunksize,
+            max_request_concurrency=max_concurrency,
             max_in_memory_download_chunks=max_concurrency + 2,
             max_io_queue_size=64,
         )
@@ -159,7 +173,8 @@ class S3BlobStore:
         size = self.stat(digest).size
         key = self._key(digest)
         try:
-            with atomic_download(dest, digest, self.url) as out, self._transfer_manager() as manager:
+            with atomic_download(dest, digest, self.url) as out, \
+                    self._transfer_manager(download=True) as manager:
                 subscribers = _subscribers(progress) + [_KnownSize(size)]
                 manager.download(self.bucket, key, out, subscribers=subscribers).result()
         except RegistryError:
@@ -172,7 +187,8 @@ class S3BlobStore:
         size = self.stat(digest).size
         key = self._key(digest)
         try:
-            with verified_into(out, digest, self.url) as writer, self._transfer_manager() as manager:
+            with verified_into(out, digest, self.url) as writer, \
+                    self._transfer_manager(download=True) as manager:
                 subscribers = _subscribers(progress) + [_KnownSize(size)]
                 manager.download(self.bucket, key, writer, subscribers=subscribers).result()
         except RegistryError:
@@ -233,6 +249,44 @@ class S3BlobStore:
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, "list", None, check_bucket=True) from exc
 
+    def abort_stale_uploads(self, older_than_seconds: float = 0.0, *,
+                            keep: Iterable[str] | Callable[[], Iterable[str]] = (),
+                            dry_run: bool = False) -> list[str]:
+        """Abort multipart uploads of blobs that no live push is writing: initiated at least
+        ``older_than_seconds`` ago, for a blob not in ``keep`` (the digests live pushes claim).
+        Their parts are invisible to readers but stored (and billed) until aborted. Returns the
+        digests whose uploads were (or, with ``dry_run``, would be) aborted.
+
+        ``keep`` may be a callable: it is then called after the listing, so a push that claims
+        its blobs before it starts uploading (as ``Registry.push`` does) is always spared.
+        """
+        top = f"{self.prefix}/blobs/sha256/" if self.prefix else "blobs/sha256/"
+        aborted = []
+        try:
+            candidates = []
+            paginator = self._s3().get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+                for upload in page.get("Uploads", ()):
+                    fan, _, name = upload["Key"][len(top):].partition("/")
+                    digest = digest_from_relpath(fan, name)
+                    age = time.time() - upload["Initiated"].timestamp()
+                    if digest is not None and age >= older_than_seconds:
+                        candidates.append((digest, upload["Key"], upload["UploadId"]))
+            spared = set(keep() if callable(keep) else keep)
+            for digest, key, upload_id in candidates:
+                if digest in spared:
+                    continue
+                if not dry_run:
+                    try:
+                        self._s3().abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                    except ClientError as exc:  # completed or aborted meanwhile
+                        if exc.response.get("Error", {}).get("Code") not in _MISSING_UPLOAD_CODES:
+                            raise
+                aborted.append(digest)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, "cleanup", None, check_bucket=True) from exc
+        return aborted
+
     # -- internals -----------------------------------------------------------------------------
 
     def _key(self, digest: str) -> str:
@@ -243,7 +297,7 @@ class S3BlobStore:
         with self._client_lock:
             if self._client is None:
                 config = Config(
-                    retries={"max_attempts": 10, "mode": "standard"},
+                    retries=_retry_config(),
                     connect_timeout=10,
                     read_timeout=120,
                     max_pool_connections=max(10, 2 * self._max_concurrency),
@@ -251,8 +305,8 @@ class S3BlobStore:
                 self._client = boto3.session.Session().client("s3", config=config)
             return self._client
 
-    def _transfer_manager(self) -> TransferManager:
-        return TransferManager(self._s3(), self._transfer_config)
+    def _transfer_manager(self, *, download: bool = False) -> TransferManager:
+        return TransferManager(self._s3(), self._download_config if download else self._transfer_config)
 
     def _endpoint(self) -> str:
         return self._s3().meta.endpoint_url
@@ -317,6 +371,21 @@ class _Progress(BaseSubscriber):
 
 def _subscribers(progress: ProgressFn | None) -> list[BaseSubscriber]:
     return [_Progress(progress)] if progress is not None else []
+
+
+def _retry_config() -> dict:
+    """Retries with exponential backoff and jitter (botocore's "standard" mode: throttling,
+    5xx and dropped connections), up to 10 retries unless the user's AWS configuration
+    (``AWS_MAX_ATTEMPTS`` / ``max_attempts`` in ``~/.aws/config``) says otherwise; an
+    explicit ``AWS_RETRY_MODE=adaptive`` is kept as well."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    retries: dict = {"mode": "adaptive" if session.get_config_variable("retry_mode") == "adaptive"
+                     else "standard"}
+    if session.get_config_variable("max_attempts") is None:
+        retries["max_attempts"] = 10
+    return retries
 
 
 def _parse_url(url: str) -> tuple[str, str]:

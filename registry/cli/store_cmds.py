@@ -220,11 +220,14 @@ def gc(app: App, dry_run: bool, grace: float, as_json: bool) -> None:
     result = app.registry.gc(dry_run=dry_run, grace_seconds=grace)
     if as_json:
         emit_json({"dry_run": dry_run, "deleted": [{"digest": d, "size": s} for d, s in result.deleted],
-                   "reclaimed_bytes": result.reclaimed_bytes, "kept_in_flight": result.kept_claimed})
+                   "reclaimed_bytes": result.reclaimed_bytes, "kept_in_flight": result.kept_claimed,
+                   "aborted_uploads": result.aborted_uploads, "released_claims": result.released_claims})
         return
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {len(result.deleted)} blob(s), {format_size(result.reclaimed_bytes)}"
-               + (f"; kept {result.kept_claimed} claimed by pushes in progress" if result.kept_claimed else ""))
+               + (f"; kept {result.kept_claimed} claimed by pushes in progress" if result.kept_claimed else "")
+               + (f"; {'would abort' if dry_run else 'aborted'} {len(result.aborted_uploads)} abandoned "
+                  f"upload(s)" if result.aborted_uploads else ""))
 
 
 @cli.group()

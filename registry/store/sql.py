@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from ..audit_chain import ChainVerdict, format_ts, parse_ts
@@ -44,6 +44,16 @@ __all__ = ["SqlMetadataStore"]
 T = TypeVar("T")
 
 _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "restore"}
+
+
+#: pg_advisory_xact_lock key shared by gc sweeps and push claims ("pt2g"); SQLite write
+#: transactions are serialized already.
+GC_LOCK_KEY = 0x70743267
+
+
+def _gc_lock(s: Session) -> None:
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": GC_LOCK_KEY})
 
 
 class SqlMetadataStore:
@@ -500,6 +510,7 @@ class SqlMetadataStore:
         digests = sorted({validate_digest(d) for d in blobs})
 
         def work(s: Session) -> int:
+            _gc_lock(s)  # a gc sweep either sees this claim or has finished deleting
             now = now_text()
             row = PendingPushRow(host=host, pid=pid, started_at=now, heartbeat_at=now,
                                  blobs_json=json_text(digests, "blobs"))
@@ -535,6 +546,35 @@ class SqlMetadataStore:
         """
         return self._read(lambda s: [row.to_record() for row in s.scalars(
             select(PendingPushRow).order_by(PendingPushRow.id))])
+
+    def sweep_blobs(self, candidates: Iterable[tuple[str, int]], *,
+                    is_alive: Callable[[PendingPush], bool], delete: Callable[[str], None],
+                    actor: str, host: str) -> list[tuple[str, int]]:
+        """Delete unreferenced, unclaimed blobs under the gc lock; returns what was deleted.
+
+        Claims and references are read again while holding the lock that ``begin_pending``
+        also takes, so a push either claimed its blobs before this sweep (they are spared) or
+        claims them after it (and then finds them gone and uploads them). Each deletion is
+        recorded as a ``gc.delete`` audit event in the same transaction.
+        """
+        wanted = list(candidates)
+
+        def work(s: Session) -> list[tuple[str, int]]:
+            _gc_lock(s)
+            claims = [row.to_record() for row in s.scalars(select(PendingPushRow))]
+            live = {d for c in claims if is_alive(c) for d in c.blobs}
+            referenced = set(s.scalars(select(VersionBlobRow.blob_digest).distinct()))
+            done = []
+            for digest, size in wanted:
+                if digest in live or digest in referenced:
+                    continue
+                audit_log.append_event(s, "gc.delete", actor=actor, host=host, digest=digest,
+                                       details={"size": size})
+                delete(digest)
+                done.append((digest, size))
+            return done
+
+        return self._write(work)
 
     def referenced_blobs(self) -> set[str]:
         """Digests of every blob some version references (gc must keep them).
