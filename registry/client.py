@@ -283,8 +283,8 @@ class Registry:
         with atomic_write(dest) as out:
             whole = _BackgroundHasher()
             sink = _TeeWriter(out, whole)
-            for sha, _size in member.chunks:
-                self.blobs.get_into("sha256:" + sha, sink, progress=progress)
+            for sha, size in member.chunks:
+                self.blobs.get_into("sha256:" + sha, sink, progress=progress, size=size)
             got = whole.hexdigest()
             if got != member.sha256:
                 raise IntegrityError(f"member {member.path!r} rebuilt from its chunks does not match its "

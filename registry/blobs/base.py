@@ -73,7 +73,8 @@ class BlobStore(Protocol):
                  progress: ProgressFn | None = None) -> None:
         """Download to ``dest`` atomically, verifying the digest on the way."""
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None) -> None: ...
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
+                 size: int | None = None) -> None: ...
         # stream the blob into an open writable (written in order), verifying its digest;
         # IntegrityError after the bytes were written when they do not match (discard ``out``)
 

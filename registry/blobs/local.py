@@ -143,7 +143,8 @@ class LocalBlobStore:
                 if progress is not None:
                     progress(len(chunk))
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None) -> None:
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
+                 size: int | None = None) -> None:
         """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
         with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
             for chunk in iter_chunks(src):
