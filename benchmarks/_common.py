@@ -1,0 +1,293 @@
+"""Shared helpers for the benchmark scripts: the generated model, timing, tables and JSON.
+
+Every script measures *ours* and the *raw* operation side by side in one run (interleaved,
+so a noisy neighbour hurts both), reports medians and the ratio, prints a rich table and
+writes ``benchmarks/out/<name>.json``. ``--quick`` shrinks the model and runs once (a smoke
+test: the figures mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+OUT = BENCH / "out"
+MODELS = OUT / "models"
+PYTHON = sys.executable
+PT2REG = str(Path(sys.executable).parent / "pt2reg")
+
+if str(REPO) not in sys.path:  # tests.services_s3 / services_pg start the real servers
+    sys.path.insert(0, str(REPO))
+
+MiB = 1024 * 1024
+
+
+# -- arguments and results -------------------------------------------------------------------
+
+def parse_args(doc: str | None, default_reps: int = 5) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--quick", action="store_true", help="tiny model, one repetition (smoke test)")
+    p.add_argument("--reps", type=int, default=None, help=f"repetitions (default {default_reps})")
+    args = p.parse_args()
+    if args.reps is None:
+        args.reps = 1 if args.quick else default_reps
+    return args
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+
+
+@dataclass
+class Row:
+    """One figure: ours vs the raw operation (``raw`` None when there is no counterpart)."""
+
+    metric: str
+    ours: float
+    raw: float | None = None
+    unit: str = "s"
+    target: str = ""          # e.g. "<= 1.5x", "< 2 ms"
+    ok: bool | None = None
+    mlflow: float | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return self.ours / self.raw if self.raw else None
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["ratio"] = self.ratio
+        return d
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.3f} s" if value >= 0.1 else f"{value * 1000:.1f} ms"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    if unit == "%":
+        return f"{value:.1f} %"
+    return f"{value:.3g} {unit}"
+
+
+def report(name: str, title: str, rows: list[Row], args: argparse.Namespace,
+           extra: dict[str, Any] | None = None) -> Path:
+    """Print a rich table and write ``out/<name>.json``; returns the JSON path."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{title}{' (quick: figures meaningless)' if args.quick else ''}")
+    for col in ("metric", "ours", "raw", "ratio", "target", "ok", "MLflow", "note"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r.metric, fmt(r.ours, r.unit), fmt(r.raw, r.unit),
+                      f"{r.ratio:.2f}x" if r.ratio is not None else "-", r.target,
+                      {True: "yes", False: "NO", None: "-"}[r.ok], fmt(r.mlflow, r.unit), r.note)
+    Console(width=160).print(table)
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}{'-quick' if args.quick else ''}.json"
+    doc = {"name": name, "title": title, "quick": args.quick, "reps": args.reps, "machine": machine(),
+           "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": [r.to_json() for r in rows],
+           **(extra or {})}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"results: {path}")
+    return path
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def side_by_side(reps: int, cases: dict[str, Callable[[], Any]],
+                 between: Callable[[], Any] | None = None) -> dict[str, list[float]]:
+    """Run every case once per repetition, rotating the order each time; seconds per case."""
+    names = list(cases)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(reps):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for n in order:
+            out[n].append(timed(cases[n]))
+            if between:
+                between()
+    return out
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
+        **kw: Any) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, **kw)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A temp dir under out/tmp (same filesystem as the models), removed afterwards."""
+    (OUT / "tmp").mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=OUT / "tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set (VmHWM), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+@contextlib.contextmanager
+def seaweed(attempts: int = 3) -> Iterator[Any]:
+    """A SeaweedFS S3 server on loopback (tests/services_s3.py), retried if it fails to start
+    (it occasionally dies at start-up when a chosen port is taken meanwhile)."""
+    from tests.services_s3 import seaweed_server
+
+    for attempt in range(attempts):
+        cm = seaweed_server()
+        try:
+            server = cm.__enter__()
+            break
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+    try:
+        yield server
+    finally:
+        cm.__exit__(None, None, None)
+
+
+# -- the generated model ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelSet:
+    """Programs and bundles: ``base``, a one-layer fine-tune ``ft`` and a ``tiny`` one."""
+
+    dir: Path
+    width: int
+    layers: int
+
+    def pt2(self, which: str) -> Path:
+        return self.dir / f"{which}.pt2"
+
+    def bundle(self, which: str) -> Path:
+        return self.dir / f"{which}.pt2b"
+
+
+FULL = (4096, 6)   # 6 x Linear(4096, 4096) fp32 = 384 MiB of weights
+QUICK = (256, 6)   # 1.5 MiB: every layer still a chunk of its own
+TINY = (64, 1)     # the "tiny" bundle whose cost is subtracted (start-up, DB, manifest)
+
+
+def models(quick: bool) -> ModelSet:
+    """Generate (once, cached under out/models) the base, fine-tune and tiny bundles."""
+    width, layers = QUICK if quick else FULL
+    d = MODELS / f"w{width}x{layers}"
+    ms = ModelSet(d, width, layers)
+    if all(ms.bundle(w).is_file() for w in ("base", "ft", "tiny")):
+        return ms
+    tmp = d.with_suffix(".incomplete")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); import _common; " \
+           f"_common._generate({str(tmp)!r}, {width}, {layers})"
+    t0 = time.perf_counter()
+    run([PYTHON, "-c", code])  # a child process, so torch stays out of this one
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+    print(f"generated {d} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return ms
+
+
+def _generate(out: str, width: int, layers: int) -> None:
+    import torch
+
+    from registry.bundler import ProgramInput, build_bundle
+
+    class Stack(torch.nn.Module):
+        def __init__(self, width: int, layers: int) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return x
+
+    def export(width: int, layers: int, seed: int):
+        torch.manual_seed(seed)
+        with torch.device("meta"):
+            model = Stack(width, layers)
+        model = model.to_empty(device="cpu").eval()
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.uniform_(-0.02, 0.02, generator=gen)
+        return model, torch.export.export(model, (torch.zeros(2, width),))
+
+    o = Path(out)
+    model, ep = export(width, layers, 0)
+    torch.export.save(ep, o / "base.pt2")
+    # The fine-tune: the same program with one layer in six retrained (new weight and bias).
+    with torch.no_grad():
+        layer = model.layers[layers // 2]
+        layer.weight.add_(0.001)
+        layer.bias.add_(0.001)
+    torch.export.save(torch.export.export(model, (torch.zeros(2, width),)), o / "ft.pt2")
+    _tiny_model, tiny = export(TINY[0], TINY[1], 1)
+    torch.export.save(tiny, o / "tiny.pt2")
+    for which in ("base", "ft", "tiny"):
+        build_bundle(o / f"{which}.pt2b", [ProgramInput("model", o / f"{which}.pt2")],
+                     metadata={"benchmark": which})
+
+
+# -- the registry in-process -----------------------------------------------------------------
+
+def registry(home: Path, db: str | None = None, store: str | None = None):
+    from registry.client import Registry
+    from registry.config import Settings
+
+    return Registry(Settings.resolve(home=str(home), db=db, store=store, env={}))
+
+
+def set_registry_env(home: Path, db: str | None = None, store: str | None = None) -> None:
+    """Point ``registry.load`` (which reads the environment) at a registry."""
+    os.environ["PT2REG_HOME"] = str(home)
+    for key, value in (("PT2REG_DB", db), ("PT2REG_STORE", store)):
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -1,0 +1,70 @@
+"""Our side of an operation in its own process; prints {"peak_mib", "seconds"} as JSON.
+
+    python _worker_ours.py MODE '{"home": ..., "db": ..., "store": ..., "bundle": ..., "ref": ...}'
+    python _worker_ours.py serve        # one "MODE JSON" per stdin line, one JSON line back
+
+MODE: baseline (the imports only), baseline-torch, push, pull, load (materialize + load_bundle,
+what ``registry.load`` does), torch-load (``torch.export.load(...).module()``). Every mode
+first imports the same modules, so peak - baseline is what the operation itself costs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import registry.archive.bundle  # noqa: F401
+import registry.blobs.local  # noqa: F401
+import registry.blobs.s3  # noqa: F401  (boto3, s3transfer)
+import registry.client  # noqa: F401
+import registry.store  # noqa: F401  (sqlalchemy, alembic)
+
+
+def peak_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def main() -> None:
+    if sys.argv[1] == "serve":
+        for line in sys.stdin:
+            mode, _, cfg = line.strip().partition(" ")
+            print(json.dumps(do(mode, json.loads(cfg))), flush=True)
+    else:
+        print(json.dumps(do(sys.argv[1], json.loads(sys.argv[2]))))
+
+
+def do(mode: str, cfg: dict) -> dict:
+    if mode in ("load", "torch-load", "baseline-torch"):
+        import torch  # noqa: F401  (a load needs torch; its baseline imports it too)
+
+        import registry.loader  # noqa: F401
+    from registry.client import Registry
+    from registry.config import Settings
+
+    def reg() -> Registry:
+        return Registry(Settings.resolve(home=cfg["home"], db=cfg.get("db"), store=cfg.get("store"), env={}))
+
+    t0 = time.perf_counter()
+    if mode == "push":
+        reg().push(cfg["bundle"], cfg["name"], aliases=cfg.get("aliases", "").split(",") if cfg.get("aliases") else ())
+    elif mode == "pull":
+        reg().pull(cfg["ref"], cfg["out"])
+    elif mode == "load":
+        from registry.loader import load_bundle
+
+        load_bundle(reg().materialize(cfg["ref"]), device="cpu")
+    elif mode == "torch-load":
+        import torch
+
+        torch.export.load(cfg["pt2"]).module()
+    elif not mode.startswith("baseline"):
+        raise SystemExit(f"unknown mode {mode}")
+    return {"peak_mib": peak_mib(), "seconds": time.perf_counter() - t0}
+
+
+if __name__ == "__main__":
+    main()

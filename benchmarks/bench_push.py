@@ -1,0 +1,98 @@
+"""Push to a local store vs `cp`, and store growth for a one-layer-in-six fine-tune.
+
+1. ``pt2reg push`` (a separate process, as a user runs it) into a fresh local registry vs
+   ``cp`` of the same bundle. Marginal cost = (push big - push tiny) vs (cp big - cp tiny), so
+   interpreter start-up, the schema creation of a fresh SQLite file and the manifest cancel
+   out and what is left is the per-byte cost. ``push`` fsyncs every blob (durable), ``cp``
+   does not; ``cp + sync`` is shown too, as information.
+2. Store growth: push the base, then the fine-tune (one Linear of six retrained); bytes the
+   blob store grew by / the fine-tune bundle's size. A file-level store grows by ~100%.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+from _common import (PT2REG, MiB, Row, median, models, parse_args, registry, report, run, scratch,
+                     side_by_side, timed, tree_bytes)
+
+
+def push_vs_cp(ms, reps: int, work) -> tuple[Row, Row, dict]:
+    homes: list = []
+
+    def push(which: str):
+        home = work / f"home{len(homes)}"
+        homes.append(home)
+        return lambda: run([PT2REG, "--home", str(home), "push", str(ms.bundle(which)), "--name", "bench"])
+
+    def cp(which: str, sync: bool):
+        dest = work / f"copy-{which}.pt2b"
+
+        def go():
+            run(["cp", str(ms.bundle(which)), str(dest)])
+            if sync:
+                run(["sync", str(dest)])
+        return go
+
+    def cleanup() -> None:
+        for h in homes:
+            shutil.rmtree(h, ignore_errors=True)
+        for p in work.glob("copy-*"):
+            p.unlink()
+
+    cases = {"push big": lambda: push("base")(), "push tiny": lambda: push("tiny")(),
+             "cp big": cp("base", False), "cp tiny": cp("tiny", False),
+             "cp+sync big": cp("base", True), "cp+sync tiny": cp("tiny", True)}
+    side_by_side(1, cases, between=cleanup)  # warm-up: page cache, pyc files
+    t = side_by_side(reps, cases, between=cleanup)
+    m = {k: median(v) for k, v in t.items()}
+    push_m, cp_m = m["push big"] - m["push tiny"], m["cp big"] - m["cp tiny"]
+    sync_m = m["cp+sync big"] - m["cp+sync tiny"]
+    size = ms.bundle("base").stat().st_size / 2**20
+    hash_s = median([timed(lambda: sha256_file(ms.bundle("base"))) for _ in range(reps)])
+    rows = [Row(f"push {size:.0f} MiB, local store, marginal (big - tiny)", push_m, cp_m,
+                target="<= 1.5x vs cp", ok=push_m / cp_m <= 1.5 if cp_m > 0 else None,
+                note=f"whole: push {m['push big']:.2f} s, cp {m['cp big']:.2f} s"),
+            Row("  same, vs cp + sync (push fsyncs every blob)", push_m, sync_m,
+                note="information only"),
+            Row("  same, vs floor = one sha256 pass + cp + sync", push_m, hash_s + sync_m,
+                note=f"sha256 alone: {hash_s:.2f} s (information only)")]
+    return rows, {"timings": t, "sha256_one_pass": hash_s}
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def store_growth(ms, work) -> tuple[Row, dict]:
+    home = work / "growth"
+    reg = registry(home)
+    base = reg.push(ms.bundle("base"), "bench")
+    before = tree_bytes(home / "store")
+    ft = reg.push(ms.bundle("ft"), "bench")
+    after = tree_bytes(home / "store")
+    size = ms.bundle("ft").stat().st_size
+    pct = 100 * (after - before) / size
+    detail = {"store_after_base": before, "store_after_ft": after, "ft_bundle": size,
+              "uploaded_ft": ft.uploaded_bytes, "skipped_ft": ft.skipped_bytes,
+              "base_ref": base.ref, "ft_ref": ft.ref}
+    return Row("store growth, 1-of-6-layer fine-tune (% of bundle)", pct, unit="%",
+               target="<= 25%", ok=pct <= 25,
+               note=f"+{(after - before) / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB bundle"), detail
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    ms = models(args.quick)
+    with scratch("push-") as work:
+        rows, t = push_vs_cp(ms, args.reps, work)
+        growth_row, growth = store_growth(ms, work)
+    report("push", "Push vs cp; store growth", [*rows, growth_row], args, {**t, "growth": growth})
+
+
+if __name__ == "__main__":
+    main()
