@@ -19,12 +19,12 @@ import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
-from ..errors import IntegrityError, UsageError
+from ..errors import IntegrityError, NotFoundError, UsageError
 from ..refs import validate_digest
 
 __all__ = [
     "BlobInfo", "ProgressFn", "BlobStore", "open_blob_store",
-    "blob_relpath", "digest_from_relpath", "checked_range", "corrupt_blob_error",
+    "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "corrupt_blob_error",
     "VerifyingReader", "HashingWriter", "atomic_download",
 ]
 
@@ -240,6 +240,19 @@ class HashingWriter:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+
+@contextlib.contextmanager
+def open_range(path: str | os.PathLike, offset: int, length: int | None) -> Iterator[tuple[BinaryIO, int]]:
+    """The file opened at ``offset`` and the checked length of ``[offset, offset+length)``."""
+    try:
+        src = open(path, "rb")
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"file {os.fspath(path)} not found", what="file", name=os.fspath(path)) from exc
+    with src:
+        length = checked_range(os.fstat(src.fileno()).st_size, offset, length, path)
+        src.seek(offset)
+        yield src, length
 
 
 @contextlib.contextmanager

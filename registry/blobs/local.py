@@ -22,8 +22,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from ..constants import CHUNK_SIZE
 from ..digests import iter_chunks, sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath, checked_range,
-                   corrupt_blob_error, digest_from_relpath, verified_into)
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
+                   corrupt_blob_error, digest_from_relpath, open_range, verified_into)
 
 __all__ = ["LocalBlobStore"]
 
@@ -60,14 +60,7 @@ class LocalBlobStore:
         """
         if self.exists(digest):
             return False
-        try:
-            src = open(path, "rb")
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"file {os.fspath(path)} not found", what="file",
-                                name=os.fspath(path)) from exc
-        with src:
-            length = checked_range(os.fstat(src.fileno()).st_size, offset, length, path)
-            src.seek(offset)
+        with open_range(path, offset, length) as (src, length):
             return self._write(VerifyingReader(src, digest, size=length), digest, progress)
 
     def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,

@@ -38,8 +38,8 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath, checked_range,
-                   corrupt_blob_error, digest_from_relpath, verified_into)
+from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
+                   corrupt_blob_error, digest_from_relpath, open_range, verified_into)
 
 __all__ = ["S3BlobStore"]
 
@@ -104,14 +104,7 @@ class S3BlobStore:
         """
         if self.exists(digest):
             return False
-        try:
-            src = open(path, "rb")
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"file {os.fspath(path)} not found", what="file",
-                                name=os.fspath(path)) from exc
-        with src:
-            length = checked_range(os.fstat(src.fileno()).st_size, offset, length, path)
-            src.seek(offset)
+        with open_range(path, offset, length) as (src, length):
             self._upload(VerifyingReader(src, digest, size=length), digest, length, progress)
         return True
 
