@@ -13,9 +13,7 @@ runs ``torch.export`` itself (``serialization_format="pt2"``); it accepts neithe
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -23,23 +21,9 @@ from pathlib import Path
 import mlflow
 from mlflow import MlflowClient
 
+from _proc import peak_mib, serve
+
 warnings.filterwarnings("ignore")
-
-
-def peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
-
-
-def main() -> None:
-    if sys.argv[1] == "serve":
-        for line in sys.stdin:
-            mode, _, cfg = line.strip().partition(" ")
-            print(json.dumps(do(mode, json.loads(cfg))), flush=True)
-    else:
-        print(json.dumps(do(sys.argv[1], json.loads(sys.argv[2]))))
 
 
 def do(mode: str, cfg: dict) -> dict:
@@ -77,4 +61,4 @@ def do(mode: str, cfg: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    serve(do)

@@ -9,32 +9,14 @@ first imports the same modules, so peak - baseline is what the operation itself 
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
-from pathlib import Path
 
 import registry.archive.bundle  # noqa: F401
 import registry.blobs.local  # noqa: F401
 import registry.blobs.s3  # noqa: F401  (boto3, s3transfer)
 import registry.client  # noqa: F401
 import registry.store  # noqa: F401  (sqlalchemy, alembic)
-
-
-def peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
-
-
-def main() -> None:
-    if sys.argv[1] == "serve":
-        for line in sys.stdin:
-            mode, _, cfg = line.strip().partition(" ")
-            print(json.dumps(do(mode, json.loads(cfg))), flush=True)
-    else:
-        print(json.dumps(do(sys.argv[1], json.loads(sys.argv[2]))))
+from _proc import peak_mib, serve
 
 
 def do(mode: str, cfg: dict) -> dict:
@@ -67,4 +49,4 @@ def do(mode: str, cfg: dict) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    serve(do)

@@ -23,6 +23,7 @@ from .errors import IntegrityError, NotFoundError, UsageError
 from .manifest import Manifest
 from .refs import Ref, validate_alias, validate_name
 from .sources import BlobCache, MaterializedBundle
+from .transfer import assemble_member, bundle_parts, upload_bundle
 
 __all__ = ["Registry", "PushResult", "PullResult", "GcResult", "build_info"]
 
@@ -171,14 +172,14 @@ class Registry:
         bundle = BundleFile.open(bundle_path)
         manifest = bundle.manifest
         sigs = [*bundle.signatures, *signatures]
-        parts = _stored_parts(bundle)
-        pending = self.meta.begin_pending(sorted({d for d, _o, _n in parts} | {manifest.digest}),
+        parts = bundle_parts(bundle)
+        pending = self.meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
                                           host=hostname(), pid=os.getpid())
         try:
             with _Heartbeat(self.meta, pending):
-                uploaded, skipped = _upload(bundle, self.blobs, progress)
+                uploaded, skipped = upload_bundle(bundle, self.blobs, progress)
                 self.blobs.put_bytes(manifest.canonical, manifest.digest)
-                stored = sorted({(d, n) for d, _o, n in parts})
+                stored = sorted({(p.digest, p.size) for p in parts})
                 version, created = self.meta.publish(
                     name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
                     stored + [(manifest.digest, len(manifest.canonical))],
@@ -276,20 +277,7 @@ class Registry:
                                   version=version.number)
 
     def _assemble(self, member: Any, dest: Path, progress: Progress | None) -> None:
-        """Rebuild a chunked member from its chunk blobs into the cache, verifying every chunk
-        and then the whole member; nothing is left behind on failure."""
-        from .atomic import atomic_write
-
-        with atomic_write(dest) as out:
-            whole = _BackgroundHasher()
-            sink = _TeeWriter(out, whole)
-            for sha, size in member.chunks:
-                self.blobs.get_into("sha256:" + sha, sink, progress=progress, size=size)
-            got = whole.hexdigest()
-            if got != member.sha256:
-                raise IntegrityError(f"member {member.path!r} rebuilt from its chunks does not match its "
-                                     f"sha256 (got {got[:12]}...)", member=member.path,
-                                     hint="the version's manifest is inconsistent; nothing was cached")
+        assemble_member(member, self.blobs, dest, progress)
 
     def pull(self, ref: str, out: str | os.PathLike, *, progress: Progress | None = None,
              require_signature: Sequence[str] = ()) -> PullResult:
@@ -428,123 +416,6 @@ def parse_time(text: str) -> datetime:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.astimezone(timezone.utc)
-
-
-class _BackgroundHasher:
-    """sha256 on another thread (hashlib releases the GIL), so a member's whole-file digest
-    costs no extra wall time while its chunks are hashed and written on this one."""
-
-    def __init__(self) -> None:
-        import hashlib
-        import queue
-
-        self._h = hashlib.sha256()
-        self._q: Any = queue.Queue(maxsize=8)  # bounded: at most ~8 MiB in flight
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (data := self._q.get()) is not None:
-            self._h.update(data)
-
-    def update(self, data: bytes) -> None:
-        self._q.put(data)
-
-    def hexdigest(self) -> str:
-        self._q.put(None)
-        self._thread.join()
-        return self._h.hexdigest()
-
-
-class _Tee:
-    """Reads ``size`` bytes of ``fp`` from ``offset``, feeding them to a hasher as well."""
-
-    def __init__(self, fp: Any, offset: int, size: int, hasher: _BackgroundHasher) -> None:
-        fp.seek(offset)
-        self._fp, self._left, self._hasher = fp, size, hasher
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._left if n is None or n < 0 else min(n, self._left)
-        data = self._fp.read(n) if n > 0 else b""
-        self._left -= len(data)
-        if data:
-            self._hasher.update(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(1024 * 1024):
-            pass
-
-
-class _TeeWriter:
-    """Writes through to a file and feeds a hasher; unseekable, so downloads arrive in order."""
-
-    def __init__(self, fp: Any, hasher: _BackgroundHasher) -> None:
-        self._fp, self._hasher = fp, hasher
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> int:
-        self._hasher.update(bytes(data))
-        return self._fp.write(data)
-
-    def flush(self) -> None:
-        self._fp.flush()
-
-
-def _upload(bundle: BundleFile, blobs: Any, progress: Progress | None) -> tuple[int, int]:
-    """Store every blob of a bundle reading it once: each chunk is hashed by the store as it is
-    written, and its member's sha256 is checked on the side, so a manifest whose chunks do not
-    make up its member is refused before anything is published (exit 5)."""
-    uploaded = skipped = 0
-    done: set[str] = set()
-    for m in bundle.manifest.members:
-        offset, size = bundle.member_span(m.path)
-        if not m.chunks:
-            if m.digest in done or blobs.exists(m.digest):
-                skipped += size
-            else:
-                blobs.put_file(bundle.path, m.digest, offset=offset, length=size, progress=progress)
-                uploaded += size
-            done.add(m.digest)
-            continue
-        whole = _BackgroundHasher()
-        with open(bundle.path, "rb") as f:
-            for sha, n in m.chunks:
-                digest, part = "sha256:" + sha, _Tee(f, offset, n, whole)
-                if digest in done or blobs.exists(digest):
-                    part.drain()
-                    skipped += n
-                    if progress:
-                        progress(n)
-                else:
-                    blobs.put_stream(part, digest, size=n, progress=progress)
-                    uploaded += n
-                done.add(digest)
-                offset += n
-        if whole.hexdigest() != m.sha256:
-            raise IntegrityError(f"{bundle.path}: member {m.path!r} does not match its sha256 in the "
-                                 f"manifest", member=m.path, hint="the bundle is corrupt or was altered")
-    return uploaded, skipped
-
-
-def _stored_parts(bundle: BundleFile) -> list[tuple[str, int, int]]:
-    """(blob digest, offset in the bundle file, size) of every blob a bundle is stored as:
-    one per chunk of a chunked member, one per other member."""
-    parts = []
-    for m in bundle.manifest.members:
-        offset, _size = bundle.member_span(m.path)
-        if m.chunks:
-            for sha, size in m.chunks:
-                parts.append(("sha256:" + sha, offset, size))
-                offset += size
-        else:
-            parts.append((m.digest, offset, m.size))
-    return parts
 
 
 def _claim_alive(claim: Any) -> bool:

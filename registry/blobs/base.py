@@ -16,16 +16,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..errors import IntegrityError, NotFoundError, UsageError
 from ..refs import validate_digest
 
 __all__ = [
-    "BlobInfo", "ProgressFn", "BlobStore", "open_blob_store",
+    "BlobInfo", "Part", "ProgressFn", "BlobStore", "open_blob_store", "unique_parts", "locked_progress",
+    "run_parallel",
     "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "corrupt_blob_error",
-    "VerifyingReader", "HashingWriter", "atomic_download",
+    "VerifyingReader", "HashingWriter", "PwriteWriter", "atomic_download",
 ]
 
 #: Called with the number of bytes just transferred (S3 may report a negative amount when a
@@ -40,6 +42,16 @@ class BlobInfo:
     digest: str
     size: int
     mtime: float
+
+
+@dataclass(frozen=True)
+class Part:
+    """One blob of a batch transfer: ``size`` bytes at ``offset`` of a local file (the source
+    of a ``put_parts``, the destination of a ``get_parts``)."""
+
+    digest: str
+    offset: int
+    size: int
 
 
 @runtime_checkable
@@ -62,6 +74,17 @@ class BlobStore(Protocol):
 
     def put_bytes(self, data: bytes, digest: str) -> bool:
         """Store ``data`` under ``digest``."""
+
+    def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
+                  progress: ProgressFn | None = None) -> tuple[int, int]:
+        """Store many ranges of one local file, several at once, each verified and atomic;
+        returns (bytes uploaded, bytes already stored). The first failure cancels the rest."""
+
+    def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                  on_done: Callable[[int], None] | None = None) -> None:
+        """Fetch many blobs, several at once, each written at its ``offset`` of the open file
+        ``fd`` and verified; ``on_done(i)`` once ``parts[i]`` is complete and verified.
+        ``IntegrityError`` when one does not match (discard the file)."""
 
     def exists(self, digest: str) -> bool:
         """True when the blob is stored."""
@@ -240,6 +263,93 @@ class HashingWriter:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
+
+
+class PwriteWriter:
+    """Writes sequentially into ``fd`` from ``offset`` with ``os.pwrite``, never past
+    ``offset + size`` (so several writers can share one file descriptor, one range each).
+
+    Unseekable, like ``HashingWriter``: a concurrent downloader must deliver in order.
+    """
+
+    def __init__(self, fd: int, offset: int, size: int, digest: str) -> None:
+        self._fd, self._pos, self._end, self._digest = fd, offset, offset + size, digest
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> int:
+        if self._pos + len(data) > self._end:
+            raise IntegrityError(f"blob {self._digest} is larger than the {self._end - self._pos} "
+                                 f"bytes left for it", hint="the store holds the wrong content for it")
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._fd, view, self._pos)
+            self._pos += n
+            view = view[n:]
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def unique_parts(parts: Sequence[Part]) -> tuple[list[Part], int]:
+    """The parts with each digest once (first occurrence), and the bytes of the repeats."""
+    seen: set[str] = set()
+    out, repeated = [], 0
+    for part in parts:
+        if part.digest in seen:
+            repeated += part.size
+        else:
+            seen.add(part.digest)
+            out.append(part)
+    return out, repeated
+
+
+def locked_progress(progress: ProgressFn | None) -> ProgressFn | None:
+    """``progress`` made safe to call from several transfer threads at once."""
+    if progress is None:
+        return None
+    lock = threading.Lock()
+
+    def call(n: int) -> None:
+        with lock:
+            progress(n)
+    return call
+
+
+def run_parallel(fn: Callable[[object], object], items: Sequence[object], workers: int, *,
+                 on_error: Callable[[], None] | None = None) -> list:
+    """``[fn(item) for item in items]`` on up to ``workers`` threads, results in order.
+
+    The first exception (or a ``KeyboardInterrupt`` here) stops the items not yet started and
+    calls ``on_error`` (to interrupt the running ones, e.g. cancel their transfers); it is
+    raised once every thread has stopped, so nothing keeps writing behind the caller's back.
+    """
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    if not items:
+        return []
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
+                              thread_name_prefix="pt2reg-transfer")
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        wait(futures, return_when=FIRST_EXCEPTION)
+        first = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
+        if first is not None:
+            raise first.exception()
+        return [f.result() for f in futures]
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        if on_error is not None:
+            on_error()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 @contextlib.contextmanager

@@ -17,15 +17,19 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from ..constants import CHUNK_SIZE
 from ..digests import iter_chunks, sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
-                   corrupt_blob_error, digest_from_relpath, open_range, verified_into)
+from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download,
+                   blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
+                   open_range, run_parallel, unique_parts, verified_into)
 
-__all__ = ["LocalBlobStore"]
+__all__ = ["LocalBlobStore", "PARALLEL_BLOBS"]
+
+#: blobs written or read at once by put_parts / get_parts (sha256 is CPU-bound: one per core)
+PARALLEL_BLOBS = max(1, min(4, os.cpu_count() or 1))
 
 
 class LocalBlobStore:
@@ -73,6 +77,48 @@ class LocalBlobStore:
     def put_bytes(self, data: bytes, digest: str) -> bool:
         """Store ``data`` under ``digest``."""
         return self.put_stream(io.BytesIO(data), digest, size=len(data))
+
+    def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
+                  progress: ProgressFn | None = None) -> tuple[int, int]:
+        """Store ranges of ``path``, one thread per blob (up to ``PARALLEL_BLOBS``): hashing is
+        CPU-bound, and each thread hashes exactly the bytes it writes. Returns
+        (bytes written, bytes already stored)."""
+        progress = locked_progress(progress)
+        todo, repeated = unique_parts(parts)
+        if progress is not None and repeated:
+            progress(repeated)
+
+        def one(part: Part) -> tuple[int, int]:
+            if self.put_file(path, part.digest, offset=part.offset, length=part.size, progress=progress):
+                return part.size, 0
+            if progress is not None:
+                progress(part.size)
+            return 0, part.size
+
+        done = run_parallel(one, todo, PARALLEL_BLOBS)
+        return sum(u for u, _ in done), sum(s for _, s in done) + repeated
+
+    def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                  on_done: Callable[[int], None] | None = None) -> None:
+        """Copy blobs into ranges of the open file ``fd``, several at once, verifying each."""
+        progress = locked_progress(progress)
+
+        def one(item: tuple[int, Part]) -> None:
+            i, part = item
+            with self.open(part.digest) as src, \
+                    verified_into(PwriteWriter(fd, part.offset, part.size, part.digest),
+                                  part.digest, self.url) as writer:
+                for chunk in iter_chunks(src):
+                    writer.write(chunk)
+                    if progress is not None:
+                        progress(len(chunk))
+            if writer.count != part.size:
+                raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
+                                     hint="the version's manifest does not match the store")
+            if on_done is not None:
+                on_done(i)
+
+        run_parallel(one, list(enumerate(parts)), PARALLEL_BLOBS)
 
     def _write(self, reader: VerifyingReader, digest: str, progress: ProgressFn | None) -> bool:
         final = self._path(digest)

@@ -18,6 +18,9 @@ unseekable adapters so every byte passes our hash exactly once and in order:
   unseekable target, hands them to one IO thread in order (a sliding window of at most
   ``max_concurrency + 2`` buffered parts), so hashing happens in the same pass as writing
   instead of re-reading the finished file.
+* ``put_parts`` / ``get_parts`` (a bundle's chunks) run up to ``max_concurrency`` blobs at once
+  through one ``TransferManager``, so its memory windows bound the whole batch and the
+  connection pool never drains between blobs; the first failure cancels the other transfers.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import os
 import re
 import threading
 import time
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import boto3
 from botocore.config import Config
@@ -38,8 +41,9 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BlobInfo, ProgressFn, VerifyingReader, atomic_download, blob_relpath,
-                   corrupt_blob_error, digest_from_relpath, open_range, verified_into)
+from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download,
+                   blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
+                   open_range, run_parallel, unique_parts, verified_into)
 
 __all__ = ["S3BlobStore"]
 
@@ -60,16 +64,18 @@ class S3BlobStore:
     """
 
     def __init__(self, url: str, *, multipart_threshold: int = 64 * MiB,
-                 multipart_chunksize: int = 16 * MiB, max_concurrency: int = 4,
+                 multipart_chunksize: int = 8 * MiB, max_concurrency: int = 4,
                  client=None) -> None:
         self.bucket, self.prefix = _parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         self._client = client
         self._client_lock = threading.Lock()
         self._max_concurrency = max_concurrency
-        # Memory is bounded by s3transfer's in-memory windows: about max_concurrency + 2 parts
-        # (96 MiB with the defaults) whether uploading or downloading, plus the queue of
-        # 256 KiB writes waiting for the IO thread (default 1000 of them; 64 are plenty).
+        # Memory is bounded by s3transfer's in-memory windows, shared by every transfer of one
+        # manager (put_parts / get_parts run up to max_concurrency blobs through one): about
+        # max_concurrency + 2 parts, plus one part read ahead by each uploading blob (80 MiB
+        # with the defaults), plus the queue of 256 KiB writes waiting for the IO thread
+        # (default 1000 of them; 64 are plenty).
         self._transfer_config = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -120,15 +126,43 @@ class S3BlobStore:
         """Upload ``data`` under ``digest``."""
         return self.put_stream(io.BytesIO(data), digest, size=len(data))
 
+    def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
+                  progress: ProgressFn | None = None) -> tuple[int, int]:
+        """Upload ranges of ``path``, several blobs at once through one transfer manager (its
+        part window bounds memory for all of them together), each verified before it
+        completes. Returns (bytes uploaded, bytes already stored)."""
+        progress = locked_progress(progress)
+        todo, repeated = unique_parts(parts)
+        if progress is not None and repeated:
+            progress(repeated)
+        manager, inflight = self._transfer_manager(), _Inflight()
+
+        def one(part: Part) -> tuple[int, int]:
+            if self.exists(part.digest):
+                if progress is not None:
+                    progress(part.size)
+                return 0, part.size
+            with open_range(path, part.offset, part.size) as (src, n):
+                self._upload(VerifyingReader(src, part.digest, size=n), part.digest, n, progress,
+                             manager=manager, inflight=inflight)
+            return n, 0
+
+        with manager:
+            done = run_parallel(one, todo, self._max_concurrency, on_error=inflight.cancel)
+        return sum(u for u, _ in done), sum(s for _, s in done) + repeated
+
     def _upload(self, reader: VerifyingReader, digest: str, size: int | None,
-                progress: ProgressFn | None) -> None:
+                progress: ProgressFn | None, *, manager: TransferManager | None = None,
+                inflight: "_Inflight | None" = None) -> None:
         key = self._key(digest)
         # A known size spares s3transfer from buffering a whole threshold's worth of an
         # unseekable stream just to decide between PutObject and a multipart upload.
         subscribers = _subscribers(progress) + ([_KnownSize(size)] if size is not None else [])
         try:
-            with self._transfer_manager() as manager:
-                manager.upload(reader, self.bucket, key, subscribers=subscribers).result()
+            with contextlib.nullcontext(manager) if manager else self._transfer_manager() as tm:
+                future = tm.upload(reader, self.bucket, key, subscribers=subscribers)
+                with inflight.track(future) if inflight else contextlib.nullcontext():
+                    future.result()
         except RegistryError:
             raise
         except (ClientError, BotoCoreError, RetriesExceededError) as exc:
@@ -191,6 +225,36 @@ class S3BlobStore:
             raise
         except (ClientError, BotoCoreError, RetriesExceededError) as exc:
             raise self._error(exc, "download", digest, check_bucket=True) from exc
+
+    def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                  on_done: Callable[[int], None] | None = None) -> None:
+        """Download blobs into ranges of the open file ``fd``, several at once through one
+        transfer manager (one memory window for all), each hashed in order and verified."""
+        progress = locked_progress(progress)
+        manager, inflight = self._transfer_manager(download=True), _Inflight()
+
+        def one(item: tuple[int, Part]) -> None:
+            i, part = item
+            target = PwriteWriter(fd, part.offset, part.size, part.digest)
+            try:
+                with verified_into(target, part.digest, self.url) as writer:
+                    subscribers = _subscribers(progress) + [_KnownSize(part.size)]
+                    future = manager.download(self.bucket, self._key(part.digest), writer,
+                                              subscribers=subscribers)
+                    with inflight.track(future):
+                        future.result()
+            except RegistryError:
+                raise
+            except (ClientError, BotoCoreError, RetriesExceededError) as exc:
+                raise self._error(exc, "download", part.digest, check_bucket=True) from exc
+            if writer.count != part.size:
+                raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
+                                     hint="the version's manifest does not match the store")
+            if on_done is not None:
+                on_done(i)
+
+        with manager:
+            run_parallel(one, list(enumerate(parts)), self._max_concurrency, on_error=inflight.cancel)
 
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified object body (a botocore ``StreamingBody``); close it when done."""
@@ -344,6 +408,35 @@ class S3BlobStore:
         return StoreError(f"S3 {action} of {where} at {self._endpoint()} failed: {_oneline(exc)}")
 
 
+class _Inflight:
+    """The transfers of a batch still running, so the first failure can cancel the others
+    (``TransferFuture.cancel``; s3transfer's own ``shutdown(cancel=True)`` mis-passes its
+    arguments in the versions we support)."""
+
+    def __init__(self) -> None:
+        self._futures: set = set()
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    @contextlib.contextmanager
+    def track(self, future) -> Iterator[None]:
+        with self._lock:
+            self._futures.add(future)
+            if self._cancelled:
+                future.cancel()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._futures.discard(future)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            for future in self._futures:
+                future.cancel()
+
+
 class _KnownSize(BaseSubscriber):
     """Tells s3transfer a size we already know (saves a HEAD before downloads)."""
 
@@ -404,7 +497,7 @@ _MALLOC_TUNED = False
 
 
 def _limit_malloc_arenas() -> None:
-    """Keep s3transfer's 16 MiB part buffers from inflating peak memory.
+    """Keep s3transfer's part buffers from inflating peak memory.
 
     Part buffers are allocated on several threads; glibc then raises its mmap threshold and
     keeps freed parts in per-thread arenas (measured: +216 MiB peak RSS pushing 384 MiB).

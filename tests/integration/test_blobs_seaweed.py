@@ -51,7 +51,7 @@ def sha256_file(path) -> str:
 
 @pytest.fixture(scope="module")
 def big_file(tmp_path_factory):
-    """100 MB of random bytes and their digest (default settings: 64 MiB threshold, 16 MiB parts)."""
+    """100 MB of random bytes and their digest (default settings: 64 MiB threshold, 8 MiB parts)."""
     path = tmp_path_factory.mktemp("big") / "model.pt2"
     with open(path, "wb") as fp:
         for _ in range(BIG // (4 * MiB)):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from registry.blobs import BlobInfo, BlobStore, LocalBlobStore, open_blob_store
+from registry.blobs.base import Part
 from registry.errors import IntegrityError, NotFoundError, UsageError
 
 MiB = 1024 * 1024
@@ -182,6 +183,75 @@ class BlobStoreContract:
             store.put_stream(FailingStream(data[: self.big_size // 2]), digest)
         assert not store.exists(digest)
         assert self.raw_keys(store) == set() and self.leftovers(store) == []
+
+    # -- batches -------------------------------------------------------------------------------
+    def _batch(self, tmp_path):
+        """A file of five ranges: a big one, small ones, an empty one, and a repeat."""
+        pieces = [os.urandom(self.big_size), os.urandom(5000), b"", os.urandom(70_000)]
+        pieces.append(pieces[1])
+        body = b"".join(pieces)
+        src = tmp_path / "batch"
+        src.write_bytes(b"#" * 33 + body)
+        parts, offset = [], 33
+        for piece in pieces:
+            parts.append(Part(blob(piece)[1], offset, len(piece)))
+            offset += len(piece)
+        return src, pieces, parts
+
+    def test_put_parts_stores_each_blob_once_and_counts_bytes(self, store, tmp_path):
+        src, pieces, parts = self._batch(tmp_path)
+        store.put_bytes(pieces[3], parts[3].digest)             # already stored
+        seen = []
+        uploaded, skipped = store.put_parts(src, parts, progress=seen.append)
+        assert uploaded == sum(map(len, pieces[:3]))
+        assert skipped == len(pieces[3]) + len(pieces[4])       # stored before, and the repeat
+        assert sum(seen) == sum(map(len, pieces))
+        for piece, part in zip(pieces, parts):
+            assert store.read_bytes(part.digest, max_size=len(piece)) == piece
+        assert len(self.raw_keys(store)) == 4 and self.leftovers(store) == []
+        assert store.put_parts(src, parts) == (0, sum(map(len, pieces)))
+
+    def test_put_parts_refuses_a_wrong_digest_and_stores_nothing_wrong(self, store, tmp_path):
+        src, pieces, parts = self._batch(tmp_path)
+        wrong = blob(pieces[0][:-1] + bytes([pieces[0][-1] ^ 1]))[1]
+        parts[0] = Part(wrong, parts[0].offset, parts[0].size)
+        with pytest.raises(IntegrityError, match=wrong):
+            store.put_parts(src, parts)
+        assert not store.exists(wrong)
+        assert self.leftovers(store) == []
+        for piece, part in zip(pieces[1:], parts[1:]):           # whatever was stored is right
+            if store.exists(part.digest):
+                assert store.read_bytes(part.digest, max_size=len(piece)) == piece
+
+    def test_get_parts_writes_each_blob_in_its_place(self, store, tmp_path):
+        src, pieces, parts = self._batch(tmp_path)
+        store.put_parts(src, parts)
+        body = b"".join(pieces)
+        out, offset, placed = tmp_path / "out", 0, []
+        for part in parts:
+            placed.append(Part(part.digest, offset, part.size))
+            offset += part.size
+        done, seen = [], []
+        with open(out, "wb") as f:
+            store.get_parts(f.fileno(), placed, progress=seen.append, on_done=done.append)
+        assert out.read_bytes() == body
+        assert sorted(done) == list(range(len(parts)))
+        assert sum(seen) == len(body)
+
+    @pytest.mark.parametrize("evil", [b"tampered", None], ids=["other-size", "same-size"])
+    def test_get_parts_detects_corruption(self, store, tmp_path, evil):
+        src, pieces, parts = self._batch(tmp_path)
+        store.put_parts(src, parts)
+        self.corrupt(store, parts[0].digest, evil if evil is not None else pieces[0][:-1] + b"\0")
+        placed, offset = [], 0
+        for part in parts:
+            placed.append(Part(part.digest, offset, part.size))
+            offset += part.size
+        done = []
+        with open(tmp_path / "out", "wb") as f, \
+                pytest.raises(IntegrityError, match=f"blob {parts[0].digest}"):
+            store.get_parts(f.fileno(), placed, on_done=done.append)
+        assert 0 not in done
 
     # -- reading ---------------------------------------------------------------------------------
     def test_get_file_large_with_progress(self, store, tmp_path):
