@@ -364,7 +364,25 @@ class Registry:
                                 since=parse_time(since) if since else None)
 
     def verify_audit(self) -> Any:
-        return self.meta.verify_audit_chain()
+        """Re-walk the chain and replay it against the registry's state, then check it still
+        holds the newest event this machine saw at its last verification (``audit_anchor``),
+        and anchor the newest event now."""
+        from . import audit_anchor
+
+        verdict = self.meta.verify_audit_chain()
+        if not verdict.ok:
+            return verdict
+        path = self.settings.home / audit_anchor.ANCHOR_FILE
+        anchors = audit_anchor.load(path)
+        key = audit_anchor.anchor_key(self.settings.db_url)
+        previous = anchors.get(key)
+        head, found = self.meta.audit_hashes([int(previous["seq"])] if previous else [])
+        failed = audit_anchor.check(previous, found, str(path))
+        if failed is not None:
+            return failed
+        if head is not None:
+            audit_anchor.save(path, anchors, key, head)
+        return verdict
 
     # -- garbage collection ---------------------------------------------------------------
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:

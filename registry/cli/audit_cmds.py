@@ -144,7 +144,9 @@ def event_json(e: Any) -> dict[str, Any]:
 @click.option("--model", "model", metavar="NAME", help="Only events about this model.")
 @click.option("--since", metavar="T", help="Only events at or after this ISO 8601 time.")
 @click.option("--verify", "verify", is_flag=True,
-              help="Re-walk the hash chain; exit 5 naming the first broken event, 0 when intact.")
+              help="Re-walk the hash chain, replay it against the registry's state and check the "
+                   "event this machine anchored at its last verify (HOME/audit-anchors.json) is "
+                   "unchanged; exit 5 naming the first broken event, 0 when intact.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
 def audit(app: App, model: str | None, since: str | None, verify: bool, as_json: bool) -> None:

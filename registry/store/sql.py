@@ -23,7 +23,7 @@ How concurrent writers stay correct:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.orm import Session, defer
@@ -452,6 +452,21 @@ class SqlMetadataStore:
         if since is not None:
             stmt = stmt.where(AuditEventRow.ts >= format_ts(since))
         return self._read(lambda s: [row.to_record() for row in s.scalars(stmt)])
+
+    def audit_hashes(self, seqs: Sequence[int] = ()) -> tuple[tuple[int, str] | None, dict[int, str]]:
+        """The newest event as ``(seq, hash)`` (None for an empty log), and the hashes of the
+        events ``seqs`` that exist, read in one transaction.
+
+            >>> store.audit_hashes([3])
+            ((7, '9f2c...'), {3: '41ab...'})
+        """
+        def work(s: Session) -> tuple[tuple[int, str] | None, dict[int, str]]:
+            head = s.execute(select(AuditEventRow.seq, AuditEventRow.hash)
+                             .order_by(AuditEventRow.seq.desc()).limit(1)).first()
+            found = dict(s.execute(select(AuditEventRow.seq, AuditEventRow.hash)
+                                   .where(AuditEventRow.seq.in_(list(seqs)))).all()) if seqs else {}
+            return (tuple(head) if head else None), found
+        return self._read(work)
 
     def verify_audit_chain(self) -> ChainVerdict:
         """Re-walk the whole chain, then check versions, statuses and aliases against a replay

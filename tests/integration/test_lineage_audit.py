@@ -307,6 +307,63 @@ def test_audit_verify_detects_an_edited_or_deleted_event(reg_env, bundles, tmp_p
     assert _verify(reg_env)[:2] == (5, 4)
 
 
+def _rewrite_chain_from(reg_env, seq: int, **changes) -> None:
+    """What a database writer can do: change event ``seq`` and recompute every hash after it,
+    so the chain itself is intact again."""
+    from registry.audit_chain import seal
+
+    cols = "seq, ts, actor, host, action, model, version, digest, ref, details_json, prev_hash, hash"
+    [rows] = _sql(reg_env, f"SELECT {cols} FROM audit_events ORDER BY seq")
+    prev = None
+    for row in rows:
+        event = dict(zip(cols.split(", "), row))
+        if event["seq"] < seq:
+            prev = event["hash"]
+            continue
+        if event["seq"] == seq:
+            event.update(changes)
+        sealed = seal({**event, "details": event["details_json"]}, prev_hash=prev)
+        _sql(reg_env, "UPDATE audit_events SET actor = :actor, ts = :ts, prev_hash = :p, hash = :h "
+                      "WHERE seq = :seq", actor=event["actor"], ts=event["ts"], p=sealed["prev_hash"],
+             h=sealed["hash"], seq=event["seq"])
+        prev = sealed["hash"]
+
+
+@BACKENDS
+def test_a_rewritten_or_truncated_log_is_caught_by_this_machines_anchor(reg_env, bundles, tmp_path):
+    """A writer who recomputes the chain after an edit defeats the chain alone; each verify
+    anchors the newest event in HOME, so what this machine already verified cannot change."""
+    assert reg_env.cli("push", str(bundles["v0"]), "--name", "m", "--alias", "prod").returncode == 0
+    assert reg_env.cli("push", str(bundles["v1"]), "--name", "m").returncode == 0
+    assert reg_env.cli("pull", "m@1", "-o", str(tmp_path / "p.pt2b")).returncode == 0
+    # seq: 1 publish m@1, 2 alias.set prod, 3 publish m@2, 4 pull m@1
+    assert _verify(reg_env)[0] == 0
+    anchors = reg_env.home / "audit-anchors.json"
+    assert anchors.stat().st_mode & 0o777 == 0o600
+    assert [a["seq"] for a in json.loads(anchors.read_text()).values()] == [4]
+
+    # Who published m@2, rewritten with every later hash recomputed: the chain is whole again,
+    # but the anchored event's hash changed.
+    _rewrite_chain_from(reg_env, 3, actor="mallory")
+    code, bad, err = _verify(reg_env)
+    assert (code, bad) == (5, 4) and "event 4 has a different hash" in err and "rewritten" in err
+    fresh = reg_env.cli("audit", "--verify", home=tmp_path / "new-machine")
+    assert fresh.returncode == 0, fresh.stderr          # the limit: a machine that never looked
+
+    # A machine that verified after the rewrite trusts the log from there on; appends are fine.
+    anchors.unlink()
+    assert _verify(reg_env)[0] == 0
+    assert reg_env.cli("pull", "m@2", "-o", str(tmp_path / "q.pt2b")).returncode == 0   # seq 5
+    assert _verify(reg_env)[0] == 0
+    assert [a["seq"] for a in json.loads(anchors.read_text()).values()] == [5]
+
+    # The newest events deleted when they change no state (a pull): the chain and the state
+    # cannot see it, the anchor can.
+    _sql(reg_env, "DELETE FROM audit_events WHERE seq = 5")
+    code, bad, err = _verify(reg_env)
+    assert (code, bad) == (5, 5) and "event 5 is gone" in err
+
+
 # -- 4. every state change and pull is audited ---------------------------------------------------
 
 @BACKENDS
