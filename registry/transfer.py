@@ -62,6 +62,10 @@ class RangeHasher:
             self._cond.notify_all()
         self._thread.join()
 
+    def wait(self) -> None:
+        """Until the thread has finished (or failed); never raises."""
+        self._thread.join()
+
     def hexdigest(self) -> str:
         self._thread.join()
         if self._error is not None:
@@ -123,8 +127,15 @@ def upload_bundle(bundle: Any, blobs: Any, progress: ProgressFn | None) -> tuple
             for _m, hasher in hashers:
                 hasher.cancel()
             raise
+        for _m, hasher in hashers:      # every reader done before fd is closed
+            hasher.wait()
         for m, hasher in hashers:
-            if hasher.hexdigest() != m.sha256:
+            try:
+                digest = hasher.hexdigest()
+            except OSError as exc:
+                raise IntegrityError(f"{bundle.path}: member {m.path!r} could not be read back: {exc}",
+                                     member=m.path, hint="the bundle file changed during the push") from exc
+            if digest != m.sha256:
                 raise IntegrityError(f"{bundle.path}: member {m.path!r} does not match its sha256 in "
                                      f"the manifest", member=m.path,
                                      hint="the bundle is corrupt or was altered")
