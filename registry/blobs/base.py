@@ -325,24 +325,40 @@ def run_parallel(fn: Callable[[object], object], items: Sequence[object], worker
                  on_error: Callable[[], None] | None = None) -> list:
     """``[fn(item) for item in items]`` on up to ``workers`` threads, results in order.
 
-    The first exception (or a ``KeyboardInterrupt`` here) stops the items not yet started and
-    calls ``on_error`` (to interrupt the running ones, e.g. cancel their transfers); it is
-    raised once every thread has stopped, so nothing keeps writing behind the caller's back.
+    The first exception (or a ``KeyboardInterrupt`` here) stops every item not yet started (a
+    worker checks before it starts one, so at most the ``workers`` already running go on) and
+    calls ``on_error`` (to interrupt those, e.g. cancel their transfers); it is raised once
+    every thread has stopped, so nothing keeps writing behind the caller's back.
     """
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     if not items:
         return []
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def guarded(item: object) -> object:
+        if stop.is_set():
+            return None             # never started: the batch failed already
+        try:
+            return fn(item)
+        except BaseException as exc:
+            with lock:
+                failures.append(exc)
+            stop.set()
+            raise
+
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
                               thread_name_prefix="pt2reg-transfer")
-    futures = [pool.submit(fn, item) for item in items]
+    futures = [pool.submit(guarded, item) for item in items]
     try:
         wait(futures, return_when=FIRST_EXCEPTION)
-        first = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
-        if first is not None:
-            raise first.exception()
+        if failures:
+            raise failures[0]
         return [f.result() for f in futures]
     except BaseException:
+        stop.set()
         for f in futures:
             f.cancel()
         if on_error is not None:

@@ -51,7 +51,7 @@ def test_run_parallel_first_failure_stops_the_rest_and_calls_on_error():
     with pytest.raises(IntegrityError, match="item 0 is bad"):
         run_parallel(work, list(range(50)), 2, on_error=lambda: (errors.append(1), gate.set()))
     assert errors == [1]
-    assert len(ran) <= 3          # item 0, the one beside it, and at most one more: never all 50
+    assert 0 in ran and set(ran) <= {0, 1}   # at most the one running beside it: nothing after
 
 
 def test_run_parallel_empty():
