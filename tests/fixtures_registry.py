@@ -149,3 +149,11 @@ def bundles(pt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
                      metadata={"variant": str(i)})
         made[f"v{i}"] = out / f"v{i}.pt2b"
     return made
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Iterator[Path]:
+    """A file a hostile payload would create if it ever ran; the test fails if it exists."""
+    path = tmp_path / "PWNED"
+    yield path
+    assert not path.exists(), "code from a crafted artifact was executed"

@@ -14,6 +14,7 @@ from registry.archive.zipsafe import open_entry, read_entries
 from registry.archive.zipwrite import DeterministicZipWriter
 from registry.digests import sha256_bytes
 from registry.manifest import Manifest
+from registry.pt2.safety import walk_dicts
 
 
 def evil_pickle(marker: Path) -> bytes:
@@ -76,3 +77,81 @@ def bundle_with_raw_member(good: Path, dest: Path, member: str, data: bytes) -> 
     sources[member] = lambda: io.BytesIO(data)
     write_bundle(dest, manifest, sources)
     return dest
+
+
+def evil_raw_pickle(marker: Path, align: int = 8) -> bytes:
+    """Plain ``pickle`` bytes (what torch ``pickle.loads`` for opaque constants) that touch
+    ``marker``, padded after the STOP opcode to a multiple of ``align`` bytes."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    data = pickle.dumps(Evil())
+    return data + b"\0" * (-len(data) % align)
+
+
+def _model_json(src: Path, prog: str = "model") -> dict:
+    entries = read_entries(src)
+    root = next(iter(entries)).split("/", 1)[0]
+    with open_entry(src, entries[f"{root}/models/{prog}.json"]) as f:
+        return json.loads(f.read())
+
+
+def pt2_with_sympy_payload(src: Path, dest: Path, marker: Path) -> Path:
+    """Replace the last symbolic-size expression (``expr_str``, which torch hands to
+    ``sympy.sympify``, i.e. eval) with one that touches ``marker``, keeping the symbol name in
+    it so a grep for the symbol still matches."""
+    model = _model_json(src)
+    exprs = [d for d in walk_dicts(model) if isinstance(d.get("expr_str"), str)]
+    assert exprs, f"{src} has no symbolic sizes"
+    exprs[-1]["expr_str"] = (f"Symbol('s0') if __import__('os').system('touch {marker}') == 0 "
+                             f"else Symbol('s0')")
+    return rewrite_pt2(src, dest, {"models/model.json": json.dumps(model).encode()})
+
+
+def pt2_with_node_target(src: Path, dest: Path, target: str) -> Path:
+    """Point the first operator node of the graph at ``target`` (torch resolves it by getattr
+    from ``torch``/``_operator``/``math`` and calls it when the program runs)."""
+    model = _model_json(src)
+    node = next(d for d in walk_dicts(model) if "target" in d and "inputs" in d)
+    node["target"] = target
+    return rewrite_pt2(src, dest, {"models/model.json": json.dumps(model).encode()})
+
+
+def pt2_with_extra_members(src: Path, dest: Path, extra: dict[str, bytes], drop: tuple[str, ...] = ()) -> Path:
+    """Copy a .pt2 adding members (relative names) and leaving out ``drop``."""
+    entries = read_entries(src)
+    root = next(iter(entries)).split("/", 1)[0]
+    with open(dest, "wb") as out:
+        w = DeterministicZipWriter(out)
+        for name, entry in entries.items():
+            if name.split("/", 1)[1] in drop:
+                continue
+            with open_entry(src, entry) as f:
+                w.write_stream(name, f, entry.size)
+        for rel, data in extra.items():
+            w.write_bytes(f"{root}/{rel}", data)
+        w.close()
+    return dest
+
+
+def pt2_with_pickled_constant(src: Path, dest: Path, marker: Path, prefix: str = "opaque_obj_") -> Path:
+    """Add a constant whose path is ``opaque_obj_*`` (torch ``pickle.loads`` it whatever
+    ``use_pickle`` says) to the constants config."""
+    entries = read_entries(src)
+    root = next(iter(entries)).split("/", 1)[0]
+    cfg_name = f"{root}/data/constants/model_constants_config.json"
+    cfg = {"config": {}}
+    if cfg_name in entries:
+        with open_entry(src, entries[cfg_name]) as f:
+            cfg = json.loads(f.read())
+    with open_entry(src, entries[f"{root}/data/weights/model_weights_config.json"]) as f:
+        meta = next(iter(json.loads(f.read())["config"].values()))["tensor_meta"]
+    # use_pickle False with a plausible tensor_meta: torch still unpickles it (by its prefix)
+    cfg["config"]["evil"] = {"path_name": f"{prefix}0", "is_param": False, "use_pickle": False,
+                             "tensor_meta": meta}
+    return pt2_with_extra_members(src, dest, {"data/constants/model_constants_config.json": json.dumps(cfg).encode(),
+                                              f"data/constants/{prefix}0": evil_raw_pickle(marker)},
+                                  drop=("data/constants/model_constants_config.json",))

@@ -14,6 +14,7 @@ from ..archive.zipsafe import ZipEntry, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_DEPTH
 from ..errors import UnsafeArchiveError
 from .graph import GraphFormatError, describe_program
+from .safety import unsafe_in_graph
 
 __all__ = ["Pt2Archive", "open_pt2", "SAMPLE_INPUTS_DIR", "DROPPED_MEMBERS"]
 
@@ -21,6 +22,12 @@ SAMPLE_INPUTS_DIR = "data/sample_inputs/"
 #: members the normalizer removes (sample inputs are kept but emptied).
 DROPPED_MEMBERS = (".data/serialization_id",)
 _SMALL_JSON = 64 * 1024 * 1024
+#: folders and files torch looks members up in. Its zip reader (miniz) matches names without
+#: regard to case, so a member must not match one of these only case-insensitively.
+_TORCH_PREFIXES = ("models/", "data/", "extra/", "archive_format", "archive_version", "byteorder",
+                   ".data/")
+#: whole state dicts of old archives; torch.load falls back to weights_only=False on them.
+_LEGACY_PICKLES = ("data/weights/{}.pt", "data/constants/{}.pt")
 
 
 @dataclass(frozen=True)
@@ -75,21 +82,59 @@ def _split_root(entries: dict[str, ZipEntry], where: str) -> tuple[str, dict[str
     return root, {name.split("/", 1)[1]: e for name, e in entries.items()}
 
 
-def _pickled_members(path: str, rel: dict[str, ZipEntry], where: str) -> list[str]:
-    """Members torch.export.load would unpickle (tensor subclasses, TorchBind, sample inputs)."""
+def _check_layout(rel: dict[str, ZipEntry], where: str) -> None:
+    """Refuse names torch would read other than as this reader does: names that differ only in
+    case, names that match a torch folder only case-insensitively, and members under
+    ``models/`` that are not ``models/<program>.json`` (torch loads every one as a program)."""
+    seen: dict[str, str] = {}
+    for name in rel:
+        folded = name.casefold()
+        if folded in seen:
+            raise UnsafeArchiveError(f"{where}: members {seen[folded]!r} and {name!r} differ only in case",
+                                     member=name, hint="torch's zip reader does not tell them apart")
+        seen[folded] = name
+        for prefix in _TORCH_PREFIXES:
+            if folded.startswith(prefix) and not name.startswith(prefix):
+                raise UnsafeArchiveError(f"{where}: member {name!r} would be read by torch as {prefix!r}",
+                                         member=name, hint="torch's zip reader ignores case")
+        if name.startswith("models/") and (name.count("/") != 1 or not name.endswith(".json")
+                                           or len(name) <= len("models/.json")):
+            raise UnsafeArchiveError(f"{where}: unexpected member {name!r} (torch loads every member "
+                                     f"of models/ as a program)", member=name)
+
+
+def _config_items(path: str, rel: dict[str, ZipEntry], name: str, where: str) -> list[dict[str, Any]]:
+    entry = rel.get(name)
+    cfg = load_json_member(path, entry, where=where) if entry else None
+    items = (cfg or {}).get("config") if isinstance(cfg, dict) else None
+    return [v for v in items.values() if isinstance(v, dict)] if isinstance(items, dict) else []
+
+
+def _pickled_members(path: str, rel: dict[str, ZipEntry], programs: list[str], where: str) -> list[str]:
+    """Members torch.export.load would unpickle: pickled weights and constants (tensor
+    subclasses, TorchBind and opaque objects), legacy whole-state-dict files, sample inputs.
+
+    This follows ``torch/export/pt2_archive/_package.py``: a weight is unpickled when its config
+    says ``use_pickle``; a constant unless its path is ``tensor_*`` without ``use_pickle``.
+    """
     out: set[str] = set()
+    configs = {n for n in rel if n.endswith(("_weights_config.json", "_constants_config.json"))}
+    for name in configs:
+        folder = name.rsplit("/", 1)[0]
+        constants = name.endswith("_constants_config.json")
+        for item in _config_items(path, rel, name, where):
+            member = f"{folder}/{item.get('path_name')}"
+            plain_tensor = str(item.get("path_name", "")).startswith("tensor_") or not constants
+            if item.get("use_pickle") or not plain_tensor:
+                out.add(member)
+    for prog in programs:
+        out.update(n for n in (p.format(prog) for p in _LEGACY_PICKLES) if n in rel and rel[n].size > 0)
     for name, entry in rel.items():
-        if name.endswith(("_weights_config.json", "_constants_config.json")):
-            cfg = load_json_member(path, entry, where=where)
-            folder = name.rsplit("/", 1)[0]
-            for item in ((cfg or {}).get("config") or {}).values() if isinstance(cfg, dict) else []:
-                if isinstance(item, dict) and item.get("use_pickle"):
-                    out.add(f"{folder}/{item.get('path_name')}")
-        elif "/custom_obj_" in "/" + name or name.startswith("data/constants/custom_obj"):
+        if "/custom_obj_" in "/" + name or "/opaque_obj_" in "/" + name:
             out.add(name)
         elif name.startswith(SAMPLE_INPUTS_DIR) and entry.size > 0:
             out.add(name)
-        elif name.endswith(".pkl") or name.endswith(".pickle"):
+        elif name.endswith((".pkl", ".pickle")):
             out.add(name)
     return sorted(out)
 
@@ -100,11 +145,17 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     path = os.fspath(path)
     where = where or path
     root, rel = _split_root(read_entries(path, where=where), where)
+    _check_layout(rel, where)
     programs: dict[str, dict[str, Any]] = {}
     for name, entry in rel.items():
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
             prog = name[len("models/"):-len(".json")]
             model = load_json_member(path, entry, where=where, max_size=MAX_GRAPH_JSON_BYTES)
+            unsafe = unsafe_in_graph(model)
+            if unsafe:
+                raise UnsafeArchiveError(f"{where}: program {prog!r} would run code while loading: {unsafe}",
+                                         member=name, hint="the graph was not written by torch.export; "
+                                         "do not load this file")
             wcfg = rel.get(f"data/weights/{prog}_weights_config.json")
             ccfg = rel.get(f"data/constants/{prog}_constants_config.json")
             try:
@@ -137,7 +188,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
                                  hint="expected a file written by torch.export.save")
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
-        pickled=_pickled_members(path, rel, where),
+        pickled=_pickled_members(path, rel, list(programs), where),
         archive_format=read_entry_bytes(path, fmt, max_size=64, where=where).decode("utf-8", "replace").strip() if fmt else None,
         archive_version=read_entry_bytes(path, ver, max_size=64, where=where).decode("utf-8", "replace").strip() if ver else None,
     )

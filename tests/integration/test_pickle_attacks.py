@@ -9,12 +9,6 @@ from tests.hostile import (bundle_with_raw_member, pt2_with_evil_sample_inputs,
                            pt2_with_pickled_weight)
 
 
-@pytest.fixture
-def marker(tmp_path):
-    path = tmp_path / "PWNED"
-    yield path
-    assert not path.exists(), "a pickle from a bundle was executed"
-
 
 def test_evil_sample_inputs_are_stripped_by_the_bundler(reg_env, pt2_dir, tmp_path, marker):
     evil = pt2_with_evil_sample_inputs(pt2_dir / "decoder.pt2", tmp_path / "evil.pt2", marker)

@@ -1,0 +1,71 @@
+"""The allowlists that stand between a graph JSON and torch's eval/getattr (registry.pt2.safety)."""
+import pytest
+
+from registry.pt2.safety import GraphSafetyError, check_srepr, check_target, unsafe_in_graph
+
+TORCH_WRITES = [
+    "Symbol('s27', positive=True, integer=True)",
+    "Add(Symbol('s27', positive=True, integer=True), Integer(1))",
+    "Mul(Integer(2), Symbol('s3', integer=True, positive=True))",
+    "FloorDiv(Symbol('s0', integer=True), Integer(2))",
+    "PowByNatural(Symbol('s0', integer=True), Integer(2))",
+    "Max(Integer(2), Symbol('s1'))", "Integer(-1)", "-oo", "int_oo", "-int_oo", "true",
+    "Float('1.5', precision=53)", "Rational(1, 2)", "FloatPow(Symbol('zf0'), Float('0.5', precision=53))",
+    "StrictLessThan(Symbol('s0'), Integer(3))", "Equality(Mod(Symbol('u0'), Integer(4)), Integer(0))",
+    "And(LessThan(Integer(2), Symbol('s0')), Unequality(Symbol('s0'), Integer(7)))",
+]
+HOSTILE = [
+    "__import__('os').system('id')", "Symbol('x').__class__", "eval('1')", "lambda: 1",
+    "Symbol('__globals__')", "Float('1e5);import os')", "Symbol('s0', integer=os)",
+    "Add(Integer(1), Integer(2)) Integer(3)", "Mod(Integer(1))[0]", "Symbol('a' 'b')",
+    "Pow(Integer(10), Integer(100000000))", "Pow(Integer(2), Pow(Integer(64), Integer(64)))",
+    "PowByNatural(Integer(2), Mul(Integer(64), Integer(64)))", "Integer(" + "9" * 100 + ")",
+    "Symbol(\"x\\\")", "Add(" * 100 + "Integer(1)" + ")" * 100, "Function('f')(Symbol('x'))",
+    "Integer(1);import os", "Symbol('x')\nimport os", "", 7, None,
+]
+
+
+@pytest.mark.parametrize("text", TORCH_WRITES)
+def test_what_torch_writes_is_accepted(text):
+    check_srepr(text)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_anything_else_is_refused(text):
+    with pytest.raises(GraphSafetyError):
+        check_srepr(text)
+
+
+@pytest.mark.parametrize("target", [
+    "torch.ops.aten.add.Tensor", "torch.ops._c10d_functional.all_reduce.default",
+    "torch.ops.mylib.scale.default", "torch.ops.higher_order.cond", "_operator.getitem",
+    "_operator.floordiv", "torch.sym_max", "torch._sym_sqrt", "math.trunc", "#myext:my_op",
+    "torch._C._set_grad_enabled", "torch.amp.autocast_mode._enter_autocast",
+    "torch._functorch.predispatch._add_batch_dim",
+])
+def test_operator_targets_are_accepted(target):
+    check_target(target)
+
+
+@pytest.mark.parametrize("target", [
+    "torch.os.system", "torch.ops.load_library", "torch.ops.import_module", "torch.ops.import_module.x.y",
+    "torch.ops.higher_order.cond.py_impl", "torch.utils.cpp_extension.load_inline", "_operator.attrgetter",
+    "_operator.methodcaller", "torch.ops.aten.add.__call__", "builtins.eval", "torch.ops.loaded_libraries.add.x",
+    "torch.load", "torch.hub.load", "torch._functorch.predispatch.torch.os.system", "torch.serialization.pickle.loads",
+    "math", "torch", "", 3,
+])
+def test_other_targets_are_refused(target):
+    with pytest.raises(GraphSafetyError):
+        check_target(target)
+
+
+def test_whole_graph_walk_finds_nested_payloads():
+    sub = {"nodes": [{"name": "n", "target": "torch.os.system", "inputs": [], "outputs": []}]}
+    model = {"graph_module": {"graph": {"nodes": [
+        {"name": "c", "target": "torch.ops.higher_order.cond", "inputs": [{"arg": {"as_graph": {"graph": sub}}}],
+         "outputs": []}]}}}
+    assert "torch.os.system" in unsafe_in_graph(model)
+    deep = {"a": [{"b": {"sym_int": {"as_expr": {"expr_str": "__import__('os')", "hint": None}}}}]}
+    assert "not allowed" in unsafe_in_graph(deep)
+    assert "implausible" in unsafe_in_graph({"range_constraints": {"u99999999999": {"min_val": 0}}})
+    assert unsafe_in_graph({"range_constraints": {"s27 + 1": {}, "u3": {}}}) is None
