@@ -22,6 +22,7 @@ from .digests import digest_of_bytes
 from .errors import IntegrityError, NotFoundError, UsageError
 from .manifest import Manifest
 from .refs import Ref, validate_alias, validate_name
+from .signing import check_signature_entries
 from .sources import BlobCache, MaterializedBundle
 from .transfer import assemble_member, bundle_parts, upload_bundle
 
@@ -171,7 +172,7 @@ class Registry:
             validate_alias(a)
         bundle = BundleFile.open(bundle_path)
         manifest = bundle.manifest
-        sigs = [*bundle.signatures, *signatures]
+        sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
         parts = bundle_parts(bundle)
         pending = self.meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
                                           host=hostname(), pid=os.getpid())

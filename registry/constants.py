@@ -8,7 +8,7 @@ __all__ = [
     "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "DEFAULT_HOME",
     "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER",
     "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
-    "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "CHUNK_SIZE", "default_home",
+    "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
 ]
 
 ENV_HOME = "PT2REG_HOME"
@@ -29,7 +29,12 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_ENVELOPE_BYTES = 1024 * 1024
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 1 << 40  # 1 TiB
-MAX_GRAPH_JSON_BYTES = 512 * 1024 * 1024
+MAX_GRAPH_JSON_BYTES = 256 * 1024 * 1024
+#: JSON values a graph may hold, counted before parsing: Python needs ~100 bytes per object,
+#: so `[[],[],...]` (2 bytes each in the file) would otherwise cost 50x its size in memory.
+#: Real graphs run ~33 bytes of JSON per object or array (a 13 kB graph holds 401).
+MAX_JSON_CONTAINERS = 4_000_000
+MAX_JSON_ITEMS = 32_000_000
 MAX_JSON_DEPTH = 64
 
 #: Streaming buffer for hashing and copying.

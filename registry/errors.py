@@ -22,6 +22,7 @@ Backend exceptions (SQLAlchemy, botocore) are translated at the store boundary w
 from __future__ import annotations
 
 __all__ = [
+    "brief",
     "RegistryError",
     "UsageError",
     "NotFoundError",
@@ -36,6 +37,14 @@ __all__ = [
     "DatabaseOutdatedError",
     "InputValidationError",
 ]
+
+
+def brief(exc: BaseException, limit: int = 300) -> str:
+    """One short line for an exception raised by someone else's code (torch, boto3, ...):
+    its first non-empty line, clipped; their messages can run to pages."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " ".join((lines[0] if lines else type(exc).__name__).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class RegistryError(Exception):

@@ -200,6 +200,23 @@ def pickle_findings(src: MaterializedBundle, report: CompatReport, *, trust_pick
             for name, member, entries in _pickled(src, report)]
 
 
+def native_code_findings(src: MaterializedBundle, report: CompatReport) -> list[Finding]:
+    """A warning for each chosen AOTInductor variant: loading it maps a compiled shared library
+    into this process, which no check of ours can vet the way a graph is vetted."""
+    out = []
+    for name, (vid, _) in report.choices.items():
+        variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
+        if variant is not None and variant.kind == "aoti":
+            out.append(Finding("warning", "native-code", name,
+                               f"program {name!r} would run as AOTInductor variant {vid!r}: a compiled "
+                               f"shared library loaded into this process",
+                               "native code runs with this process's rights; unlike a graph it cannot "
+                               "be checked before it runs",
+                               "run it only from a publisher you trust: require their signature with "
+                               "--require-signature KEY"))
+    return out
+
+
 def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target: Target | None = None,
                   trust_pickle: bool = False) -> CompatReport:
     """Every check but the load: compatibility with the target and the pickle scan, all at once.
@@ -209,7 +226,7 @@ def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target:
     """
     target = _resolve_target(src, device, target)
     report = check(src.manifest, target, device)
-    extra = pickle_findings(src, report, trust_pickle=trust_pickle)
+    extra = pickle_findings(src, report, trust_pickle=trust_pickle) + native_code_findings(src, report)
     compatible = report.compatible and not any(f.severity == "error" for f in extra)
     return CompatReport(compatible, report.findings + tuple(extra), report.choices)
 

@@ -42,7 +42,11 @@ def _validator() -> Any:
     schema = load_schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    # JSON Schema calls 1.0 an integer; a manifest that says "format": 1.0 is not canonical
+    # and is refused rather than read as 1.
+    strict = jsonschema.validators.extend(cls, type_checker=cls.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: type(value) is int))
+    return strict(schema)
 
 
 def _path_of(err: Any) -> str:
@@ -90,6 +94,10 @@ def validate_raw(raw: Any) -> list[str]:
         if s["member"] not in members or members[s["member"]]["role"] != "sample":
             problems.append(f"samples/{s['name']}: member {s['member']!r} is not a listed sample")
     return problems
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 @dataclass(frozen=True)
@@ -176,10 +184,15 @@ class Manifest:
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
         try:
-            raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raw = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        except RecursionError as exc:
+            raise ManifestError("manifest.json is nested too deeply") from exc
+        except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestError(f"manifest.json is not valid JSON ({exc})") from exc
-        return cls.from_raw(raw)
+        try:
+            return cls.from_raw(raw)
+        except RecursionError as exc:
+            raise ManifestError("manifest.json is nested too deeply") from exc
 
     @property
     def digest(self) -> str:

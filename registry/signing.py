@@ -14,10 +14,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import SignatureError, UsageError
+from .errors import NotFoundError, SignatureError, UsageError
 
 __all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of"]
 
@@ -62,14 +63,59 @@ def generate_keypair(path: str | os.PathLike) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
+_MAX_KEY_FILE = 64 * 1024
+_KEY_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
+    """A PEM key file's bytes; a missing file is NotFoundError (exit 3), a huge one refused."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_KEY_FILE + 1)
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"{what} {os.fspath(path)} not found", what="file", name=os.fspath(path)) from exc
+    except IsADirectoryError as exc:
+        raise UsageError(f"{what} {os.fspath(path)} is a directory, not a PEM file") from exc
+    if len(data) > _MAX_KEY_FILE:
+        raise UsageError(f"{what} {os.fspath(path)} is over {_MAX_KEY_FILE // 1024} KiB: not a PEM key")
+    return data
+
+
+def check_signature_entries(digest: str, signatures: Iterable[Any]) -> list[dict[str, str]]:
+    """Refuse malformed signature entries before they are recorded (SignatureError, exit 5).
+
+    Only the form can be checked here: whether a signature is genuine needs the signer's public
+    key, which ``--require-signature KEY`` supplies at load time.
+    """
+    out = []
+    for i, s in enumerate(signatures):
+        if not isinstance(s, dict):
+            raise SignatureError(f"signature #{i + 1} is not an object")
+        key_id, sig = s.get("key_id"), s.get("signature")
+        if s.get("algorithm") != ALGORITHM or not isinstance(key_id, str) or not _KEY_ID.match(key_id):
+            raise SignatureError(f"signature #{i + 1} is not an {ALGORITHM} signature with a sha256 key id",
+                                 hint="sign bundles with `pt2reg push --sign KEY` or `pt2reg sign`")
+        if s.get("digest", digest) != digest:
+            raise SignatureError(f"signature #{i + 1} (by {key_id[:19]}...) is for {str(s.get('digest'))[:80]}, "
+                                 f"not this bundle ({digest})", hint="the signature belongs to another bundle")
+        try:
+            raw = base64.b64decode(str(sig), validate=True) if isinstance(sig, str) else b""
+        except ValueError:
+            raw = b""
+        if len(raw) != 64:
+            raise SignatureError(f"signature #{i + 1} (by {key_id[:19]}...) is not a 64-byte {ALGORITHM} "
+                                 f"signature in base64", hint="the signature was damaged or forged")
+        out.append({"algorithm": ALGORITHM, "key_id": key_id, "digest": digest, "signature": sig})
+    return out
+
+
 def _load_private(path: str | os.PathLike) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    data = _read_key_file(path, "signing key")
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    except FileNotFoundError as exc:
-        raise UsageError(f"signing key {path} not found") from exc
+        key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not an unencrypted PEM private key",
                          hint="create one with `pt2reg key generate PATH`") from exc
@@ -82,10 +128,9 @@ def _load_public(path: str | os.PathLike) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    data = _read_key_file(path, "public key")
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except FileNotFoundError as exc:
-        raise UsageError(f"public key {path} not found") from exc
+        key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not a PEM public key") from exc
     if not isinstance(key, Ed25519PublicKey):

@@ -6,14 +6,17 @@ loader.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 
 import os
 import platform
 import sys
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
-from .errors import IntegrityError, NotFoundError, UsageError
+from .errors import IntegrityError, NotFoundError, UsageError, brief
 
 __all__ = [
     "torch", "save_exported_program", "dim_names_of", "op_schema", "load_exported_program",
@@ -102,13 +105,35 @@ def load_libraries(paths: list[str] | tuple[str, ...]) -> None:
             raise UsageError(f"cannot load op library {path!r}: {exc}") from exc
 
 
+@contextlib.contextmanager
+def quiet_torch() -> Iterator[None]:
+    """Keep torch's deserialization warnings and log lines off the user's terminal: our own
+    checks already said what matters, and a failure becomes one line of ours."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def load_exported_program(path: str | os.PathLike, archive_name: str = "model") -> Any:
     """Deserialize one program from a verified, pickle-scanned `.pt2` file."""
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
 
-    with open(path, "rb") as f:
-        contents = load_pt2(f)
+    try:
+        with open(path, "rb") as f, quiet_torch():
+            contents = load_pt2(f)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # torch's own message can be pages long
+        raise IntegrityError(f"torch could not load program {archive_name!r} from {path}: "
+                             f"{type(exc).__name__}: {brief(exc, 200)}",
+                             hint="the program is damaged or was written by an incompatible torch") from exc
     try:
         return contents.exported_programs[archive_name]
     except KeyError as exc:
@@ -123,7 +148,13 @@ def load_inputs_file(path: str | os.PathLike) -> Any:
     except FileNotFoundError as exc:
         raise NotFoundError(f"inputs file {path} not found", what="file", name=str(path)) from exc
     except Exception as exc:
-        raise UsageError(f"cannot read inputs file {path}: {type(exc).__name__}: {exc}",
+        import pickle
+
+        if isinstance(exc, pickle.UnpicklingError):  # torch's text would suggest weights_only=False
+            raise UsageError(f"inputs file {path} holds objects other than tensors; refused (only "
+                             f"tensors, tuples, lists and dicts are read, never arbitrary pickles)",
+                             hint="save a tuple of tensors with torch.save((x, y), path)") from exc
+        raise UsageError(f"cannot read inputs file {path}: {type(exc).__name__}: {brief(exc)}",
                          hint="save a tuple of tensors with torch.save((x, y), path)") from exc
     if isinstance(value, t.Tensor):
         value = (value,)

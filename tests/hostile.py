@@ -155,3 +155,11 @@ def pt2_with_pickled_constant(src: Path, dest: Path, marker: Path, prefix: str =
     return pt2_with_extra_members(src, dest, {"data/constants/model_constants_config.json": json.dumps(cfg).encode(),
                                               f"data/constants/{prefix}0": evil_raw_pickle(marker)},
                                   drop=("data/constants/model_constants_config.json",))
+
+
+def pt2_with_dangling_output(src: Path, dest: Path) -> Path:
+    """A graph our reader accepts but torch cannot load: its output names no value."""
+    model = _model_json(src)
+    model["graph_module"]["graph"]["outputs"][0] = {"as_tensor": {"name": "no_such_value"}}
+    return rewrite_pt2(src, dest, {"models/model.json": json.dumps(model).encode(),
+                                   "data/sample_inputs/model.pt": b""})

@@ -381,6 +381,20 @@ def open_range(path: str | os.PathLike, offset: int, length: int | None) -> Iter
         yield src, length
 
 
+def check_range(path: str | os.PathLike, part: Part) -> None:
+    """Hash a range of a local file that is already stored under ``part.digest``: a push of a
+    damaged file must fail even when the store needs none of its bytes. ``IntegrityError``."""
+    with open_range(path, part.offset, part.size) as (src, n):
+        reader = VerifyingReader(src, part.digest, size=n)
+        try:
+            while reader.read(1 << 20):
+                pass
+        except IntegrityError as exc:
+            raise IntegrityError(f"{os.fspath(path)}: the bytes at offset {part.offset} do not match "
+                                 f"{part.digest} ({exc.message})",
+                                 hint="the file is damaged or was altered after it was built") from exc
+
+
 @contextlib.contextmanager
 def verified_into(out: BinaryIO, digest: str, where: str) -> Iterator[HashingWriter]:
     """A writer into ``out`` that checks, on leaving, that what went through hashes to ``digest``."""

@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 from ..constants import CHUNK_SIZE
 from ..digests import iter_chunks, sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download,
+from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download, check_range,
                    blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, unique_parts, verified_into)
 
@@ -91,6 +91,7 @@ class LocalBlobStore:
         def one(part: Part) -> tuple[int, int]:
             if self.put_file(path, part.digest, offset=part.offset, length=part.size, progress=progress):
                 return part.size, 0
+            check_range(path, part)
             if progress is not None:
                 progress(part.size)
             return 0, part.size

@@ -41,7 +41,7 @@ from s3transfer.subscribers import BaseSubscriber
 
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download,
+from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download, check_range,
                    blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, unique_parts, verified_into)
 
@@ -139,6 +139,7 @@ class S3BlobStore:
 
         def one(part: Part) -> tuple[int, int]:
             if self.exists(part.digest):
+                check_range(path, part)
                 if progress is not None:
                     progress(part.size)
                 return 0, part.size

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from ..errors import RegistryError
+from ..errors import RegistryError, brief
 
 __all__ = ["App", "RegistryGroup", "pass_app", "emit_json", "warn", "info", "transfer_progress",
            "parse_key_values"]
@@ -60,7 +60,7 @@ class RegistryGroup(click.Group):
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("PT2REG_DEBUG"):
                 raise
-            click.echo(f"error: unexpected {type(exc).__name__}: {exc} (set PT2REG_DEBUG=1 for a "
+            click.echo(f"error: unexpected {type(exc).__name__}: {brief(exc)} (set PT2REG_DEBUG=1 for a "
                        f"traceback, and please report it)", err=True)
             ctx.exit(1)
 

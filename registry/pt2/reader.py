@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..archive.zipsafe import ZipEntry, read_entries, read_entry_bytes
-from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_DEPTH
+from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..errors import UnsafeArchiveError
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
@@ -63,6 +63,11 @@ def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
 def load_json_member(path: str, entry: ZipEntry, *, where: str, max_size: int = _SMALL_JSON) -> Any:
     data = read_entry_bytes(path, entry, max_size=max_size, where=where)
+    containers, items = data.count(b"{") + data.count(b"["), data.count(b",")
+    if containers > MAX_JSON_CONTAINERS or items > MAX_JSON_ITEMS:
+        raise UnsafeArchiveError(f"{where}: member {entry.name!r} holds {containers} objects and {items} "
+                                 f"values, over the limits ({MAX_JSON_CONTAINERS}, {MAX_JSON_ITEMS})",
+                                 member=entry.name, hint="parsing it would take many GB of memory")
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -6,7 +6,7 @@ with 5 and the marker file is never created.
 """
 import pytest
 
-from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_extra_members,
+from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_dangling_output, pt2_with_extra_members,
                            pt2_with_node_target, pt2_with_pickled_constant, pt2_with_sympy_payload)
 
 
@@ -95,3 +95,14 @@ def test_crafted_bundle_through_the_cli(reg_env, pt2_dir, bundles, tmp_path, mar
         assert needle in (r.stdout + r.stderr), (args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "y.pt").exists()
+
+
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
+def test_a_graph_torch_cannot_load_is_one_line_exit_5(reg_env, pt2_dir, bundles, tmp_path):
+    broken = pt2_with_dangling_output(pt2_dir / "decoder.pt2", tmp_path / "broken.pt2")
+    crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "broken.pt2b", "programs/decoder.pt2",
+                                     broken.read_bytes())
+    r = reg_env.cli("run", str(crafted), "--program", "decoder", "--samples")
+    assert r.returncode == 5, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torch could not load program" in lines[0] and "no_such_value" in lines[0], lines

@@ -78,3 +78,31 @@ def test_forged_signature_in_bundle_is_refused(reg_env, bundles, tmp_path):
     assert reg_env.cli("push", str(out), "--name", "f").returncode == 0
     r = reg_env.cli("pull", "f@1", "-o", str(tmp_path / "x.pt2b"), "--require-signature", str(pub))
     assert r.returncode == 5 and "invalid" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
+def test_key_files_missing_or_huge(reg_env, bundles, tmp_path):
+    reg_env.cli("push", str(bundles["v4"]), "--name", "k")
+    r = reg_env.cli("pull", "k@1", "-o", str(tmp_path / "x.pt2b"), "--require-signature", str(tmp_path / "nope.pub"))
+    assert r.returncode == 3 and "not found" in r.stderr, r.stderr
+    huge = tmp_path / "huge.pub"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 30)  # sparse: a reader that slurps it would allocate 1 GiB
+    r = reg_env.cli("pull", "k@1", "-o", str(tmp_path / "x.pt2b"), "--require-signature", str(huge))
+    assert r.returncode == 2 and "KiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
+def test_signature_for_another_bundle_is_refused_at_push(reg_env, bundles, tmp_path):
+    from registry.archive.bundle import write_bundle
+    from registry.signing import generate_keypair, sign_digest
+
+    key, _pub = generate_keypair(tmp_path / "k")
+    src = BundleFile.open(bundles["v3"])
+    other = sign_digest(key, BundleFile.open(bundles["v2"]).digest)
+    out = tmp_path / "misfiled.pt2b"
+    sources = {m.path: (lambda p=m.path: src.open_member(p)) for m in src.manifest.members}
+    write_bundle(out, src.manifest, sources, signatures=[other])
+    r = reg_env.cli("push", str(out), "--name", "m")
+    assert r.returncode == 5 and "another bundle" in r.stderr, r.stderr
+    assert reg_env.cli("show", "m@1").returncode == 3

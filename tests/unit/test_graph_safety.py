@@ -69,3 +69,41 @@ def test_whole_graph_walk_finds_nested_payloads():
     assert "not allowed" in unsafe_in_graph(deep)
     assert "implausible" in unsafe_in_graph({"range_constraints": {"u99999999999": {"min_val": 0}}})
     assert unsafe_in_graph({"range_constraints": {"s27 + 1": {}, "u3": {}}}) is None
+
+
+def _pt2(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(f"archive/{name}", data)
+    return path
+
+
+def test_graph_json_that_would_balloon_in_memory_is_refused_before_parsing(tmp_path):
+    import tracemalloc
+
+    from registry.errors import UnsafeArchiveError
+    from registry.pt2.reader import open_pt2
+
+    path = _pt2(tmp_path / "bomb.pt2", {"models/model.json": b"[" + b"[]," * 4_100_000 + b"[]]"})
+    tracemalloc.start()
+    with pytest.raises(UnsafeArchiveError, match="over the limits"):
+        open_pt2(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024  # the 12 MB member is read, never expanded to ~400 MB
+
+
+@pytest.mark.parametrize("members, needle", [
+    ({"models/model.json": b"{}", "Models/model.json": b"{}"}, "differ only in case"),
+    ({"models/model.json": b"{}", "DATA/sample_inputs/model.pt": b"x"}, "would be read by torch"),
+    ({"models/model.json": b"{}", "models/a/b.json": b"{}"}, "unexpected member"),
+    ({"models/model.json": b"{}", "models/readme.txt": b"x"}, "unexpected member"),
+])
+def test_names_torch_would_read_differently_are_refused(tmp_path, members, needle):
+    from registry.errors import UnsafeArchiveError
+    from registry.pt2.reader import open_pt2
+
+    with pytest.raises(UnsafeArchiveError, match=needle):
+        open_pt2(_pt2(tmp_path / "x.pt2", members))

@@ -82,3 +82,27 @@ def test_cross_field_checks():
                        "outputs": [], "rtol": 0, "atol": 0}]
     with pytest.raises(ManifestError, match="unknown program"):
         Manifest.from_raw(raw)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda r: r.__setitem__("format", 1.0),
+    lambda r: r["members"][0].__setitem__("size", 10.0),
+    lambda r: r["programs"]["model"]["range_constraints"][0].__setitem__("max", 8.0),
+])
+def test_integers_written_as_floats_are_refused(edit):
+    raw = minimal()
+    edit(raw)
+    with pytest.raises(ManifestError):
+        Manifest.from_raw(raw)
+    with pytest.raises(ManifestError):
+        Manifest.from_bytes(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize("data", [
+    b'{"format": NaN}', b'{"format": Infinity}', b'{"format": -Infinity}',
+    b"[" * 200_000 + b"]" * 200_000, b'{"a":' * 20_000 + b"1" + b"}" * 20_000,
+])
+def test_non_json_numbers_and_deep_nesting_are_manifest_errors(data):
+    with pytest.raises(ManifestError) as info:
+        Manifest.from_bytes(data)
+    assert info.value.exit_code == 5
