@@ -203,11 +203,12 @@ class Registry:
             return None
         data = self.cache.path(ref.digest).read_bytes()
         if digest_of_bytes(data) != ref.digest:
+            self.cache.evict(ref.digest)
             return None
         manifest = Manifest.from_bytes(data)
         files = {}
         for m in manifest.members:
-            if not self.cache.has(m.digest):
+            if not self.cache.usable(m.digest):  # a damaged entry is evicted: fetched again
                 return None
             files[m.path] = self.cache.path(m.digest)
         return MaterializedBundle(manifest, files, self._cached_signatures(ref.digest), label=str(ref),
@@ -254,13 +255,14 @@ class Registry:
         files = {}
         for m in manifest.members:
             path = self.cache.path(m.digest)
-            if not path.is_file():
+            if not self.cache.usable(m.digest):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if m.chunks:
                     self._assemble(m, path, progress)
                 else:
                     self.blobs.get_file(m.digest, path, progress=progress)
                 os.chmod(path, 0o444)
+                self.cache.stamp(m.digest)
             elif progress:
                 progress(m.size)
             files[m.path] = path
@@ -373,6 +375,9 @@ class Registry:
         verdict = self.meta.verify_audit_chain()
         if not verdict.ok:
             return verdict
+        contents = self.meta.verify_version_contents()
+        if contents is not None:
+            return contents
         path = self.settings.home / audit_anchor.ANCHOR_FILE
         anchors = audit_anchor.load(path)
         key = audit_anchor.anchor_key(self.settings.db_url)

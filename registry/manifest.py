@@ -96,6 +96,27 @@ def validate_raw(raw: Any) -> list[str]:
     return problems
 
 
+def stored_blobs(manifest_json: str) -> set[tuple[str, int]]:
+    """Every blob (digest, size) a version stored as a manifest's text: one per chunk of a
+    chunked member, one per other member, and the manifest itself. Cheap (no schema check):
+    gc and the audit derive what a version needs from its manifest, not only from the
+    ``version_blobs`` rows, so deleting those rows cannot make gc drop a live version's data."""
+    data = manifest_json.encode("utf-8")
+    out = {(digest_of_bytes(data), len(data))}
+    try:
+        raw = json.loads(manifest_json)
+        members = raw.get("members", []) if isinstance(raw, dict) else []
+        for m in members:
+            if m.get("chunks"):
+                out.update((f"sha256:{c['sha256']}", int(c["size"])) for c in m["chunks"])
+            else:
+                out.add((f"sha256:{m['sha256']}", int(m["size"])))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ManifestError(f"a stored manifest is unreadable ({exc})",
+                            hint="the metadata database was altered") from exc
+    return out
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 

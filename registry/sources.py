@@ -2,7 +2,12 @@
 
 The cache (``HOME/cache/blobs/sha256/ab/<hex>``, the same layout as a local blob store) holds
 only bytes whose sha256 was checked while they were written, so a cached, pinned version is
-served with no network and no database round trip.
+served with no network and no database round trip. Each verified file gets a stamp
+(``HOME/cache/verified/ab/<hex>``: inode, size, mtime and ctime). A file whose stat still
+matches its stamp is used as is (one ``stat``, no re-hash: warm loads stay at
+``torch.export.load`` speed). One that changed, even by a byte written in place (any write or
+``chmod`` moves ctime, which no user call can set back), is re-hashed before use, and evicted
+when it no longer matches its digest, so it is fetched again instead of being loaded.
 
     >>> src = materialize_file("model.pt2b", cache_dir)      # doctest: +SKIP
     >>> src.member_file("programs/encoder.pt2")
@@ -35,12 +40,63 @@ class BlobCache:
         return self.root / "blobs" / "sha256" / h[:2] / h
 
     def has(self, digest: str) -> bool:
+        """The blob is cached (not checked: see ``usable``)."""
         return self.path(digest).is_file()
+
+    def _stamp_path(self, digest: str) -> Path:
+        h = hex_of(digest)
+        return self.root / "verified" / h[:2] / h
+
+    @staticmethod
+    def _stat_line(path: Path) -> str | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}\n"
+
+    def stamp(self, digest: str) -> None:
+        """Record that the cached file for ``digest`` was just verified, as it is now."""
+        line = self._stat_line(self.path(digest))
+        if line is not None:
+            with atomic_write(self._stamp_path(digest), fsync=False) as f:
+                f.write(line.encode("ascii"))
+
+    def usable(self, digest: str) -> bool:
+        """True when the blob is cached and intact: its stat matches the stamp written when it
+        was verified, or else it re-hashes to ``digest`` (and is stamped again). A cached file
+        that does not match is removed, so the caller fetches it again. Never raises for a
+        damaged cache entry."""
+        path = self.path(digest)
+        line = self._stat_line(path)
+        if line is None:
+            return False
+        try:
+            if self._stamp_path(digest).read_text("ascii") == line:
+                return True
+        except (OSError, UnicodeDecodeError):
+            pass
+        try:
+            good = self.verify(digest)
+        except OSError:
+            good = False
+        if good:
+            self.stamp(digest)
+            return True
+        self.evict(digest)
+        return False
+
+    def evict(self, digest: str) -> None:
+        for p in (self.path(digest), self._stamp_path(digest)):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
 
     def put_stream(self, digest: str, src: IO[bytes], size: int | None = None,
                    progress: Callable[[int], None] | None = None) -> Path:
         dest = self.path(digest)
-        if dest.is_file():
+        if self.usable(digest):
             return dest
         with atomic_write(dest, mode=0o444) as out:
             h = hashlib.sha256()
@@ -52,6 +108,7 @@ class BlobCache:
             if h.hexdigest() != hex_of(digest):
                 raise IntegrityError(f"blob {digest} is corrupt: got sha256:{h.hexdigest()}",
                                      hint="the source is damaged; nothing was cached")
+        self.stamp(digest)
         return dest
 
     def verify(self, digest: str) -> bool:

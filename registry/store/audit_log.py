@@ -16,7 +16,10 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ..audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain
-from .orm import AliasRow, AuditEventRow, ModelRow, VersionRow, json_text, now_text
+from ..digests import digest_of_bytes
+from ..errors import ManifestError
+from ..manifest import stored_blobs
+from .orm import AliasRow, AuditEventRow, ModelRow, VersionBlobRow, VersionRow, json_text, now_text
 
 __all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile"]
 
@@ -77,6 +80,46 @@ def verify(session: Session) -> ChainVerdict:
                            .execution_options(yield_per=1000))
     verdict = verify_chain(row.to_chain_dict() for row in rows)
     return reconcile(session, verdict) if verdict.ok else verdict
+
+
+def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
+    """The first version whose stored manifest does not hash to its digest, or whose
+    ``version_blobs`` rows are not exactly the blobs its manifest needs."""
+    rows: dict[int, set[tuple[str, int]]] = {}
+    for vid, digest, size in session.execute(select(VersionBlobRow.version_id, VersionBlobRow.blob_digest,
+                                                    VersionBlobRow.size).execution_options(yield_per=5000)):
+        rows.setdefault(vid, set()).add((digest, size))
+    for vid, name, number, digest, text_ in session.execute(
+            select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.manifest_json)
+            .join(ModelRow, ModelRow.id == VersionRow.model_id)
+            .order_by(ModelRow.name, VersionRow.number).execution_options(yield_per=1000)):
+        if digest_of_bytes(text_.encode("utf-8")) != digest:
+            return name, number, f"has a stored manifest that does not hash to its digest {digest}"
+        try:
+            needed = stored_blobs(text_)
+        except ManifestError:
+            return name, number, "has an unreadable stored manifest"
+        have = rows.get(vid, set())
+        if have != needed:
+            missing = sorted(needed - have)
+            what = (f"lacks the blob record {missing[0][0]}" if missing
+                    else f"records blob {sorted(have - needed)[0][0]}, which its manifest does not name")
+            return name, number, what
+    return None
+
+
+def verify_contents(session: Session) -> ChainVerdict | None:
+    """None when every version's stored manifest hashes to its digest and its blob records are
+    exactly what that manifest needs; else a failed verdict naming the version (and its
+    publish event). This is what gc and pulls rely on, checked apart from the log's replay."""
+    bad = _blobs_disagree(session)
+    if bad is None:
+        return None
+    name, number, what = bad
+    seq = session.scalars(select(AuditEventRow.seq).where(
+        AuditEventRow.action == "publish", AuditEventRow.model == name,
+        AuditEventRow.version == number)).first()
+    return ChainVerdict(False, seq, f"version {name}@{number} {what} (the metadata database was altered)")
 
 
 def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, defer
 
 from ..audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import NotFoundError, UsageError
+from ..manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from . import audit_log, writes
 from . import lineage as graph
@@ -468,6 +469,11 @@ class SqlMetadataStore:
             return (tuple(head) if head else None), found
         return self._read(work)
 
+    def verify_version_contents(self) -> ChainVerdict | None:
+        """None when every stored manifest hashes to its version's digest and each version's
+        blob records are what its manifest needs; else a failed verdict naming the version."""
+        return self._read(audit_log.verify_contents)
+
     def verify_audit_chain(self) -> ChainVerdict:
         """Re-walk the whole chain, then check versions, statuses and aliases against a replay
         of it (catches a deleted newest event and state edited behind the log's back):
@@ -579,6 +585,9 @@ class SqlMetadataStore:
             claims = [row.to_record() for row in s.scalars(select(PendingPushRow))]
             live = {d for c in claims if is_alive(c) for d in c.blobs}
             referenced = set(s.scalars(select(VersionBlobRow.blob_digest).distinct()))
+            # what each version's manifest says it needs, whatever version_blobs says
+            for (text_,) in s.execute(select(VersionRow.manifest_json).execution_options(yield_per=1000)):
+                referenced.update(d for d, _ in stored_blobs(text_))
             done = []
             for digest, size in wanted:
                 if digest in live or digest in referenced:

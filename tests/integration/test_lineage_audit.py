@@ -638,3 +638,40 @@ def test_verify_checks_versions_statuses_and_aliases_against_the_log(backend, re
         verdict = attack("DELETE FROM audit_events WHERE seq = 2")  # m@2's publish, now newest
         assert (verdict.ok, verdict.first_bad_seq) == (False, None)
         assert "m@2" in verdict.reason and "has no publish event" in verdict.reason
+
+
+@BACKENDS
+def test_blob_records_and_manifests_edited_behind_the_log_are_caught_and_gc_keeps_live_data(
+        reg_env, bundles, tmp_path):
+    """The version_blobs rows and the stored manifest text are checked against each other and
+    against the version's digest; gc keeps what a version's manifest needs even when its
+    version_blobs rows were deleted."""
+    assert reg_env.cli("push", str(bundles["v0"]), "--name", "m", "--alias", "prod").returncode == 0
+    assert reg_env.cli("push", str(bundles["v1"]), "--name", "m").returncode == 0
+    assert _verify(reg_env)[0] == 0
+    [[(v1_id,)]] = _sql(reg_env, "SELECT min(id) FROM versions")
+
+    # the manifest of m@1 replaced by m@2's: the log still says m@1 is its old digest
+    [[(text1,)], [(text2,)]] = _sql(reg_env, "SELECT manifest_json FROM versions WHERE id = :v",
+                                    "SELECT manifest_json FROM versions WHERE id <> :v", v=v1_id)
+    _sql(reg_env, "UPDATE versions SET manifest_json = :t WHERE id = :v", t=text2, v=v1_id)
+    code, bad, err = _verify(reg_env)
+    assert code == 5 and bad == 1 and "m@1" in err and "does not hash to its digest" in err, err
+    _sql(reg_env, "UPDATE versions SET manifest_json = :t WHERE id = :v", t=text1, v=v1_id)
+
+    # m@1's blob records deleted: named by audit, and gc still keeps every blob of m@1
+    rows = _sql(reg_env, "SELECT version_id, blob_digest, size FROM version_blobs WHERE version_id = :v",
+                v=v1_id)[0]
+    _sql(reg_env, "DELETE FROM version_blobs WHERE version_id = :v", v=v1_id)
+    code, bad, err = _verify(reg_env)
+    assert code == 5 and bad == 1 and "m@1 lacks the blob record" in err, err
+    r = reg_env.cli("gc")
+    assert r.returncode == 0, r.stderr
+    assert all(reg_env.blob_exists(d) for _v, d, _n in rows)
+    out = tmp_path / "p.pt2b"
+    assert reg_env.cli("pull", "m@prod", "-o", str(out)).returncode == 0
+    assert out.read_bytes() == bundles["v0"].read_bytes()
+    for v, d, n in rows:
+        _sql(reg_env, "INSERT INTO version_blobs (version_id, blob_digest, size) VALUES (:v, :d, :n)",
+             v=v, d=d, n=n)
+    assert _verify(reg_env)[0] == 0
