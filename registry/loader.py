@@ -13,13 +13,15 @@ signature (``registry.signature_check``) before the graph runs.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .atomic import atomic_write
 from .compat import CompatReport, Finding, check, choose_variant
-from .errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError
+from .errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
+                     brief)
 from .manifest import Manifest, ProgramSpec, Variant
 from .signature_check import check_inputs
 from .sources import MaterializedBundle
@@ -48,6 +50,11 @@ class SampleResult:
                 "outputs": [dict(o) for o in self.outputs]}
 
 
+#: messages of torch's checks on a program's inputs (run inside the graph module)
+_TORCH_INPUT_CHECK = re.compile(r"\s*(Guard failed|Expected input|Runtime assertion failed|"
+                                r"Dynamic shape constraint violation)")
+
+
 class LoadedProgram:
     """A program ready to run on one device. Calls are validated against its signature first."""
 
@@ -72,7 +79,14 @@ class LoadedProgram:
                                        self.spec.raw.get("forward_arg_names"))
         check_inputs(self.spec.inputs, flat, device=self.device)
         with torch().no_grad():
-            return self._module(*args, **kwargs)
+            try:
+                return self._module(*args, **kwargs)
+            except (AssertionError, RuntimeError, ValueError) as exc:
+                # torch's own input checks (export guards, derived-dim forms) come last
+                if _TORCH_INPUT_CHECK.match(str(exc)):
+                    raise InputValidationError(f"program {self.name!r} refuses these inputs: {brief(exc)} "
+                                               f"(it was exported for inputs that satisfy this)") from exc
+                raise
 
     def run(self, value: Any) -> list[Any]:
         """Run on inputs as read from a file or sample (flat tuple, or dict by input name),
@@ -278,7 +292,7 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
     baked_elsewhere = any(b["device"].split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
         ep = torchrt_dispatch.move_to_device(ep, device)
-    return ep.module()
+    return torchrt.restore_guards(ep).module()
 
 
 def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",

@@ -59,6 +59,8 @@ def write_sample(path: str | os.PathLike, inputs: list[Any], outputs: list[Any])
     tensors: dict[str, Any] = {}
     for kind, values in (("input", inputs), ("output", outputs)):
         for i, v in enumerate(values):
+            if kind == "output" and isinstance(v, (bool, int, float)):
+                v = t.tensor(v)  # a program may return a size (an int): kept as a 0-d tensor
             if not isinstance(v, t.Tensor):
                 raise UsageError(f"sample {kind} {i} is a {type(v).__name__}; samples hold tensors only")
             tensors[f"{kind}.{i}"] = _plain(v)
@@ -88,7 +90,7 @@ def compare_outputs(actual: list[Any], expected: list[Any], rtol: float, atol: f
         return [{"output": "count", "ok": False, "max_abs": None, "max_rel": None,
                  "detail": f"got {len(actual)} outputs, expected {len(expected)}"}]
     for i, (a, e) in enumerate(zip(actual, expected)):
-        a = a.detach().to("cpu")
+        a = t.tensor(a) if isinstance(a, (bool, int, float)) else a.detach().to("cpu")
         row: dict[str, Any] = {"output": i, "shape": list(e.shape), "dtype": str(e.dtype).replace("torch.", "")}
         if a.shape != e.shape or a.dtype != e.dtype:
             row.update(ok=False, max_abs=None, max_rel=None,

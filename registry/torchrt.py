@@ -140,6 +140,29 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model") 
         raise IntegrityError(f"program {archive_name!r} is not in {path}") from exc
 
 
+def restore_guards(ep: Any) -> Any:
+    """Make ``ep.module()`` enforce the program's export guards again.
+
+    torch installs its guard check (``_guards_code``, e.g. ``trunc(0.5*x.size(0)) == 4``) only
+    when the program carries example inputs, and bundled programs carry none (torch's pickled
+    example inputs are emptied). The guards need only the inputs' structure, so the program's
+    own placeholder metadata (fake tensors) stands in for them. Without this, an input the
+    program was never valid for would run and give wrong numbers with exit 0.
+    """
+    if getattr(ep, "example_inputs", None) or not getattr(ep, "_guards_code", None):
+        return ep
+    from torch.utils._pytree import tree_unflatten
+
+    try:
+        users = set(ep.graph_signature.user_inputs)
+        vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in users]
+        args, kwargs = tree_unflatten(vals, ep.call_spec.in_spec)
+        ep.example_inputs = (tuple(args), dict(kwargs))
+    except Exception:  # a structure torch cannot rebuild: the range checks still apply
+        pass
+    return ep
+
+
 def load_inputs_file(path: str | os.PathLike) -> Any:
     """Read an INPUTS.pt (a tuple of tensors, or a dict for keyword inputs) without pickle code."""
     t = torch()

@@ -185,6 +185,14 @@ def _print_report(src: Any, t: Any, device: str, report: Any) -> None:
 
 # ---------------------------------------------------------------------------------------- run
 
+def _describe_output(index: int, value: Any) -> dict[str, Any]:
+    """dtype and shape of a tensor output; a Python scalar (an int size, a bool) as itself."""
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return {"index": index, "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
+    return {"index": index, "dtype": type(value).__name__, "shape": None, "value": value
+            if isinstance(value, (int, float, bool)) or value is None else str(value)}
+
+
 @cli.command()
 @click.argument("source", metavar="BUNDLE|REF")
 @click.option("--program", metavar="NAME", help="Program to run (needed with --inputs when there are several).")
@@ -245,8 +253,7 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
         if output_file:
             save_outputs(output_file, outputs)
         doc["program"] = program
-        doc["outputs"] = [{"index": i, "dtype": str(o.dtype).removeprefix("torch."), "shape": list(o.shape)}
-                          for i, o in enumerate(outputs)]
+        doc["outputs"] = [_describe_output(i, o) for i, o in enumerate(outputs)]
         doc["output_file"] = output_file
     results = bundle.run_samples() if samples else []
     if samples:
@@ -275,7 +282,7 @@ def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
         for col in ("#", "dtype", "shape"):
             table.add_column(col)
         for o in doc["outputs"]:
-            table.add_row(str(o["index"]), o["dtype"], str(o["shape"]))
+            table.add_row(str(o["index"]), o["dtype"], str(o["shape"]) if o["shape"] is not None else f"= {o['value']}")
         out.print(table)
         if doc.get("output_file"):
             out.print(f"wrote {doc['output_file']}")

@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from .safety import sympy_call_allowed
+
 __all__ = ["Expr", "parse_srepr", "ExprError", "INF"]
 
 INF = math.inf
@@ -24,7 +26,9 @@ class ExprError(ValueError):
 
 @dataclass(frozen=True)
 class Expr:
-    op: str                      # "sym" | "int" | "add" | "mul" | "floordiv" | "mod" | "max" | "min"
+    op: str                      # "sym" | "int" | "add" | "mul" | "floordiv" | "mod" | "max" | "min" | "pow"
+    #                              or "fn:<Name>": any other sympy/torch function, kept opaque
+    #                              (printed, symbols known, bounds [0, inf), never evaluated)
     value: object = None         # symbol name or int
     args: tuple["Expr", ...] = ()
 
@@ -41,7 +45,7 @@ class Expr:
         names = names or {}
         if self.op == "sym":
             return names.get(str(self.value), str(self.value))
-        if self.op == "int":
+        if self.op in ("int", "atom"):
             return str(self.value)
         if self.op == "add":
             terms = sorted(self.args, key=lambda a: a.op == "int")
@@ -57,7 +61,10 @@ class Expr:
         if self.op in ("floordiv", "mod"):
             sym = "//" if self.op == "floordiv" else "%"
             return f"{_paren(self.args[0], names)}{sym}{_paren(self.args[1], names)}"
-        return f"{self.op}({', '.join(a.render(names) for a in self.args)})"
+        if self.op == "pow":
+            return f"{_paren(self.args[0], names)}**{_paren(self.args[1], names)}"
+        name = self.op[3:] if self.op.startswith("fn:") else self.op
+        return f"{name}({', '.join(a.render(names) for a in self.args)})"
 
     def bounds(self, ranges: dict[str, tuple[float, float]]) -> tuple[float, float]:
         """Interval of the expression given each symbol's [min, max] (max may be INF)."""
@@ -82,6 +89,10 @@ class Expr:
             return max(p[0] for p in parts), max(p[1] for p in parts)
         if self.op == "min":
             return min(p[0] for p in parts), min(p[1] for p in parts)
+        if self.op == "pow" and self.args[1].op == "int" and 0 <= int(self.args[1].value) <= 64 \
+                and parts[0][0] >= 0:  # type: ignore[arg-type]
+            e = int(self.args[1].value)  # type: ignore[arg-type]
+            return parts[0][0] ** e, (INF if parts[0][1] == INF else parts[0][1] ** e)
         return 0, INF
 
     def evaluate(self, values: dict[str, int]) -> int | None:
@@ -105,6 +116,8 @@ class Expr:
             return max(vals)  # type: ignore[type-var]
         if self.op == "min":
             return min(vals)  # type: ignore[type-var]
+        if self.op == "pow" and 0 <= vals[1] <= 64:  # type: ignore[operator]
+            return vals[0] ** vals[1]  # type: ignore[operator]
         return None
 
 
@@ -120,7 +133,8 @@ def _paren(e: Expr, names: dict[str, str]) -> str:
 
 
 _OPS = {"Add": "add", "Mul": "mul", "FloorDiv": "floordiv", "Mod": "mod", "PythonMod": "mod",
-        "Max": "max", "Min": "min"}
+        "Max": "max", "Min": "min", "Pow": "pow", "PowByNatural": "pow"}
+_ATOMS = frozenset({"true", "false", "oo", "zoo", "nan", "int_oo"})
 
 
 def parse_srepr(text: str) -> Expr:
@@ -159,6 +173,8 @@ def _parse(tokens: list[tuple[str, str]], pos: int, depth: int) -> tuple[Expr, i
     if kind != "name":
         raise ExprError(f"unexpected token {val!r}")
     if pos + 1 >= len(tokens) or tokens[pos + 1][1] != "(":
+        if val in _ATOMS:
+            return Expr("atom", val), pos + 1
         return Expr("sym", val), pos + 1  # bare identifier (printed form)
     args, pos = _parse_args(tokens, pos + 2, depth)
     if val == "Symbol":
@@ -173,7 +189,11 @@ def _parse(tokens: list[tuple[str, str]], pos: int, depth: int) -> tuple[Expr, i
         exprs = tuple(a for a in args if isinstance(a, Expr))
         if not exprs:
             raise ExprError(f"{val}() needs arguments")
+        if _OPS[val] == "pow" and len(exprs) != 2:
+            raise ExprError(f"{val}() needs two arguments")
         return Expr(_OPS[val], None, exprs), pos
+    if sympy_call_allowed(val):  # Piecewise, CeilToInt, Float, ...: described, not computed
+        return Expr(f"fn:{val}", None, tuple(a for a in args if isinstance(a, Expr))), pos
     raise ExprError(f"unsupported expression node {val!r}")
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts"]
+__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts", "sympy_call_allowed"]
 
 _MAX_EXPR_CHARS = 8192
 _MAX_EXPR_DEPTH = 64
@@ -46,6 +46,9 @@ SYMPY_CALLS = frozenset({
     "OpaqueUnaryFn_tanh", "OpaqueUnaryFn_asin", "OpaqueUnaryFn_acos", "OpaqueUnaryFn_atan",
     "OpaqueUnaryFn_log2",
 })
+#: families torch generates names in (``OpaqueUnaryFn_asinh``, ``BitwiseFn_bitwise_xor``):
+#: a name sympify does not know becomes an undefined sympy function, never Python code.
+_SYMPY_CALL_FAMILIES = re.compile(r"(?:OpaqueUnaryFn_[a-z0-9]+|BitwiseFn_bitwise_[a-z]+)\Z")
 _POW_CALLS = frozenset({"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"})
 #: names srepr prints bare (singletons).
 SYMPY_ATOMS = frozenset({"oo", "zoo", "nan", "true", "false", "pi", "E", "I", "int_oo"})
@@ -61,6 +64,14 @@ OPERATOR_FUNCS = frozenset({
     "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "neg", "pos", "abs",
     "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift",
     "rshift", "truth",
+})
+#: aten operators whose names are dunders (``a & b`` is ``aten.__and__.Tensor``); any other
+#: name with ``__`` in a target is refused (``__call__``, ``__class__`` ...).
+ATEN_DUNDER_OPS = frozenset({
+    "__and__", "__or__", "__xor__", "__lshift__", "__rshift__", "__iand__", "__ior__", "__ixor__",
+    "__ilshift__", "__irshift__", "__not__", "__contains__", "__getitem__", "__is__", "__isnot__",
+    "__derive_index", "__range_length", "__round_to_zero_floordiv", "__interpolate", "__upsample",
+    "__upsample_bilinear", "__upsample_nearest",
 })
 #: attributes of ``torch.ops`` that are not operator namespaces.
 _OPS_ATTRIBUTES = frozenset({"load_library", "import_module", "loaded_libraries", "_dir"})
@@ -82,6 +93,11 @@ _SAFE_TARGET = re.compile(
     r"|torch\._C\._functorch\._[a-z_]+\Z"
     r"|\#[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*\Z"
 )
+
+
+def sympy_call_allowed(name: str) -> bool:
+    """A function name an ``expr_str`` may call: sympy classes and torch's sympy functions."""
+    return name in SYMPY_CALLS or bool(_SYMPY_CALL_FAMILIES.match(name))
 
 
 class GraphSafetyError(ValueError):
@@ -148,7 +164,7 @@ def _parse(tokens: list[tuple[str, str]], pos: int, depth: int) -> tuple[_Tree, 
         if value not in SYMPY_ATOMS:
             raise GraphSafetyError(f"name {value!r} is not allowed in an expression")
         return ("atom", value), pos + 1
-    if value not in SYMPY_CALLS:
+    if not sympy_call_allowed(value):
         raise GraphSafetyError(f"call to {value!r} is not allowed in an expression")
     pos += 2
     args: list[_Tree] = []
@@ -234,7 +250,9 @@ def check_target(target: Any) -> None:
     if target in PREDISPATCH_TARGETS:
         return
     m = _SAFE_TARGET.match(target)
-    bad = m is None or "__" in target
+    dunder_op = bool(m and m.group("ns") == "aten" and m.group("op") in ATEN_DUNDER_OPS)
+    rest = target.replace(f".{m.group('op')}.", "..", 1) if dunder_op and m else target
+    bad = m is None or "__" in rest
     if m and m.group("ns") and (m.group("ns") in _OPS_ATTRIBUTES or m.group("ns") == "higher_order"):
         bad = True
     if m and m.group("opfn") and m.group("opfn") not in OPERATOR_FUNCS:

@@ -1,7 +1,7 @@
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from registry.pt2.exprs import ExprError, parse_srepr
+from registry.pt2.exprs import INF, ExprError, parse_srepr
 
 SYM = "Symbol('s27', positive=True, integer=True)"
 
@@ -42,3 +42,13 @@ def test_parser_only_raises_expr_error(text):
         parse_srepr(text)
     except ExprError:
         pass
+
+
+def test_powers_and_other_functions_torch_writes_are_described_not_refused():
+    sq = parse_srepr("Pow(Symbol('s27', positive=True, integer=True), Integer(2))")
+    assert (sq.render(), sq.bounds({"s27": (2, 10)}), sq.evaluate({"s27": 3})) == ("s27**2", (4, 100), 9)
+    pw = parse_srepr("Piecewise(ExprCondPair(Add(Symbol('s77', positive=True, integer=True), Integer(-1)), "
+                     "StrictGreaterThan(Symbol('s77', positive=True, integer=True), Integer(4))), "
+                     "ExprCondPair(Symbol('s77', positive=True, integer=True), true))")
+    assert pw.symbols() == {"s77"} and pw.bounds({"s77": (2, 9)}) == (0, INF)
+    assert pw.evaluate({"s77": 5}) is None and pw.render().startswith("Piecewise(")

@@ -13,6 +13,11 @@ TORCH_WRITES = [
     "Float('1.5', precision=53)", "Rational(1, 2)", "FloatPow(Symbol('zf0'), Float('0.5', precision=53))",
     "StrictLessThan(Symbol('s0'), Integer(3))", "Equality(Mod(Symbol('u0'), Integer(4)), Integer(0))",
     "And(LessThan(Integer(2), Symbol('s0')), Unequality(Symbol('s0'), Integer(7)))",
+    "BitwiseFn_bitwise_xor(Symbol('s0', integer=True), Integer(1))", "OpaqueUnaryFn_asinh(Symbol('zf0'))",
+    "Piecewise(ExprCondPair(Add(Symbol('s77', positive=True, integer=True), Integer(-1)), "
+    "StrictGreaterThan(Symbol('s77', positive=True, integer=True), Integer(4))), "
+    "ExprCondPair(Symbol('s77', positive=True, integer=True), true))",
+    "Pow(Symbol('s27', positive=True, integer=True), Integer(2))",
 ]
 HOSTILE = [
     "__import__('os').system('id')", "Symbol('x').__class__", "eval('1')", "lambda: 1",
@@ -21,7 +26,8 @@ HOSTILE = [
     "Pow(Integer(10), Integer(100000000))", "Pow(Integer(2), Pow(Integer(64), Integer(64)))",
     "PowByNatural(Integer(2), Mul(Integer(64), Integer(64)))", "Integer(" + "9" * 100 + ")",
     "Symbol(\"x\\\")", "Add(" * 100 + "Integer(1)" + ")" * 100, "Function('f')(Symbol('x'))",
-    "Integer(1);import os", "Symbol('x')\nimport os", "", 7, None,
+    "Integer(1);import os", "Symbol('x')\nimport os", "", 7, None, "OpaqueUnaryFn_(Symbol('x'))",
+    "BitwiseFn_bitwise_xor.__globals__", "exec(Symbol('x'))", "getattr(Symbol('x'), Symbol('y'))",
 ]
 
 
@@ -42,6 +48,9 @@ def test_anything_else_is_refused(text):
     "_operator.floordiv", "torch.sym_max", "torch._sym_sqrt", "math.trunc", "#myext:my_op",
     "torch._C._set_grad_enabled", "torch.amp.autocast_mode._enter_autocast",
     "torch._functorch.predispatch._add_batch_dim",
+    "torch.ops.aten.__and__.Tensor", "torch.ops.aten.__or__.Tensor", "torch.ops.aten.__xor__.Tensor",
+    "torch.ops.aten.__lshift__.Scalar", "torch.ops.aten.__rshift__.Scalar", "torch.ops.aten.__ior__.Tensor",
+    "torch.ops.aten.__iand__.Tensor",
 ])
 def test_operator_targets_are_accepted(target):
     check_target(target)
@@ -52,7 +61,8 @@ def test_operator_targets_are_accepted(target):
     "torch.ops.higher_order.cond.py_impl", "torch.utils.cpp_extension.load_inline", "_operator.attrgetter",
     "_operator.methodcaller", "torch.ops.aten.add.__call__", "builtins.eval", "torch.ops.loaded_libraries.add.x",
     "torch.load", "torch.hub.load", "torch._functorch.predispatch.torch.os.system", "torch.serialization.pickle.loads",
-    "math", "torch", "", 3,
+    "math", "torch", "", 3, "torch.ops.aten.__and__.__call__", "torch.ops.aten.__class__.mro",
+    "torch.ops.aten.__dict__.clear", "torch.ops.mylib.__and__.Tensor", "torch.ops.aten.__and__.__self__",
 ])
 def test_other_targets_are_refused(target):
     with pytest.raises(GraphSafetyError):
