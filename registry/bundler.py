@@ -270,6 +270,8 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         program = b.programs[s.program]
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
+        baked = {c["leaf"] for c in program.get("constant_inputs") or []}
+        flat_inputs = [v for i, v in enumerate(flat_inputs) if i not in baked]  # put back at run
         outputs = run_program(modules[s.program], program, value)
         k = counts.get(s.program, 0)
         counts[s.program] = k + 1

@@ -77,6 +77,13 @@ class LoadedProgram:
 
         flat, args, kwargs = bind_call(args, kwargs, self.spec.raw.get("in_spec"),
                                        self.spec.raw.get("forward_arg_names"))
+        constants = {c["leaf"]: c for c in self.spec.constant_inputs}
+        if constants:
+            from .samples import check_constant
+
+            for leaf, c in constants.items():
+                check_constant(c, flat[leaf] if leaf < len(flat) else None)
+            flat = [v for i, v in enumerate(flat) if i not in constants]
         check_inputs(self.spec.inputs, flat, device=self.device)
         with torch().no_grad():
             try:
@@ -96,7 +103,8 @@ class LoadedProgram:
         from .torchrt_dispatch import to_device
 
         count = len(value) if isinstance(value, (tuple, list)) else None
-        if count is not None and count != len(self.spec.inputs):
+        full = len(self.spec.inputs) + len(self.spec.constant_inputs)
+        if count is not None and count not in (len(self.spec.inputs), full):
             names = ", ".join(i["name"] for i in self.spec.inputs)
             raise InputValidationError(f"program {self.name!r} takes {len(self.spec.inputs)} input(s) "
                                        f"({names}), got {count}")

@@ -174,6 +174,11 @@ class ProgramSpec:
         return self.raw["inputs"]
 
     @property
+    def constant_inputs(self) -> list[dict[str, Any]]:
+        """Arguments export baked in: each with its ``value`` and ``leaf`` in the input treespec."""
+        return list(self.raw.get("constant_inputs") or [])
+
+    @property
     def outputs(self) -> list[dict[str, Any]]:
         return self.raw["outputs"]
 

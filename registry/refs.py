@@ -14,9 +14,11 @@ from .errors import UsageError
 
 __all__ = ["Ref", "validate_name", "validate_alias", "validate_digest", "NAME_RE", "DIGEST_RE"]
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*(/[a-z0-9][a-z0-9_.\-]*)*$")
-ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# \Z, not $: "$" also matches before a trailing newline, and "r/m\n" must not be a second "r/m"
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*(/[a-z0-9][a-z0-9_.\-]*)*\Z")
+ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}\Z")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_VERSION_RE = re.compile(r"[0-9]{1,18}\Z")  # ASCII digits only: "١" and "²" are not versions
 MAX_NAME = 128
 
 
@@ -31,7 +33,7 @@ def validate_name(name: str) -> str:
 
 
 def validate_alias(alias: str) -> str:
-    if not isinstance(alias, str) or alias.isdigit() or alias.startswith("sha256") \
+    if not isinstance(alias, str) or alias.isdecimal() or alias.startswith("sha256") \
             or not ALIAS_RE.match(alias):
         raise UsageError(
             f"invalid alias {alias!r}",
@@ -69,11 +71,16 @@ class Ref:
                              hint="expected NAME@N, NAME@ALIAS or NAME@sha256:HEX")
         if sel.startswith("sha256:"):
             return cls(name, digest=validate_digest(sel))
-        if sel.isdigit():
+        if _VERSION_RE.match(sel):
             n = int(sel)
             if n < 1:
                 raise UsageError(f"invalid ref {text!r}: versions start at 1")
+            if sel.startswith("0"):
+                raise UsageError(f"invalid ref {text!r}: write versions without leading zeros")
             return cls(name, version=n)
+        if sel[0].isdigit() or sel.isdecimal() or sel.isdigit():
+            raise UsageError(f"invalid ref {text!r}: a version is 1 to 18 ASCII digits",
+                             hint="expected NAME@N, NAME@ALIAS or NAME@sha256:HEX")
         return cls(name, alias=validate_alias(sel))
 
     @property

@@ -31,14 +31,33 @@ def call_arguments(program: dict[str, Any], value: Any) -> tuple[tuple, dict]:
             raise UsageError(f"missing input {missing[0]!r}")
     else:
         flat = list(value)
+    constants = list(program.get("constant_inputs") or [])
+    if constants and len(flat) == len(inputs) + len(constants):
+        flat = [v for i, v in enumerate(flat) if i not in {c["leaf"] for c in constants}]
+        given = [v for i, v in enumerate(value) if i in {c["leaf"] for c in constants}] \
+            if not isinstance(value, dict) else []
+        for c, v in zip(sorted(constants, key=lambda c: c["leaf"]), given):
+            check_constant(c, v)
     if len(flat) != len(inputs):
         raise UsageError(f"the program takes {len(inputs)} inputs "
                          f"({', '.join(i['name'] for i in inputs)}), got {len(flat)}")
     spec = program.get("in_spec")
     if not spec:
         return tuple(flat), {}
+    for c in sorted(constants, key=lambda c: c["leaf"]):  # baked-in arguments go back in place
+        flat.insert(c["leaf"], c["value"])
     args, kwargs = tree_unflatten(flat, treespec_loads(spec))
     return tuple(args), dict(kwargs)
+
+
+def check_constant(constant: dict[str, Any], value: Any) -> None:
+    """An argument export baked in must be passed with the value it had at export."""
+    from .errors import InputValidationError
+
+    if type(value) is not type(constant["value"]) or value != constant["value"]:
+        raise InputValidationError(
+            f"input {constant['name']!r} was fixed to {constant['value']!r} when the program was "
+            f"exported; got {value!r} (export the model again to vary it)", input_name=constant["name"])
 
 
 def run_program(module: Any, program: dict[str, Any], value: Any) -> list[Any]:

@@ -71,6 +71,13 @@ class Halves(torch.nn.Module):
         return y[::2] + y[1::2]
 
 
+class Flagged(torch.nn.Module):
+    """Python-scalar arguments: export bakes ``flag`` and ``k`` in as constant inputs."""
+
+    def forward(self, x: torch.Tensor, flag: bool, k: int) -> torch.Tensor:
+        return x * k if flag else x - k
+
+
 def export_heldout_shapes(out: Path) -> None:
     """Graphs the red team found mishandled (dunder ops, Pow sizes, guards, derived forms)."""
     torch.save((torch.randn(2, 5, 5), torch.ones(2, 5, dtype=torch.bool)), out / "masked_inputs.pt")
@@ -84,6 +91,10 @@ def export_heldout_shapes(out: Path) -> None:
     k = Dim("k", min=1, max=50)
     torch.export.save(export(Halves(), (torch.randn(8),), dynamic_shapes=({0: 2 * k},)), out / "halves.pt2")
     torch.save((torch.randn(13),), out / "halves_odd_inputs.pt")
+    torch.export.save(export(Flagged(), (torch.randn(3), True, 2)), out / "flagged.pt2")
+    torch.save((torch.randn(3), True, 2), out / "flagged_inputs.pt")
+    torch.save((torch.randn(3),), out / "flagged_tensor_only.pt")
+    torch.save((torch.randn(3), False, 2), out / "flagged_other_flag.pt")
 
 
 def main(out: Path) -> None:

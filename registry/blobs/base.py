@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..errors import IntegrityError, NotFoundError, UsageError
@@ -406,12 +408,15 @@ def verified_into(out: BinaryIO, digest: str, where: str) -> Iterator[HashingWri
 
 @contextlib.contextmanager
 def atomic_download(dest: str | os.PathLike, digest: str, where: str) -> Iterator[HashingWriter]:
-    """Yield a writer into ``dest + ".incomplete"``; on leaving, verify the digest, fsync and
-    move it to ``dest``. On any failure the partial file is removed and ``dest`` is untouched.
+    """Yield a writer into a new temp file beside ``dest`` (``.<name>.<random>.incomplete``,
+    created exclusively, so concurrent downloads of one blob never share it and a planted
+    symlink is never followed); on leaving, verify the digest, fsync and move it to ``dest``.
+    On any failure the partial file is removed and ``dest`` is untouched.
     """
-    tmp = os.fspath(dest) + ".incomplete"
+    dest_path = Path(dest)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest_path.name}.", suffix=".incomplete", dir=dest_path.parent)
     try:
-        with open(tmp, "wb") as fp:
+        with os.fdopen(fd, "wb") as fp:
             writer = HashingWriter(fp)
             yield writer
             fp.flush()

@@ -107,6 +107,16 @@ class _Shapes:
         }
 
 
+def _constant_value(value: Any) -> Any:
+    """The plain value of a constant input (export bakes a bool/int/float/str/None argument in)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    key, val = next(iter(value.items()))
+    if key in ("as_bool", "as_int", "as_float", "as_string") and isinstance(val, (bool, int, float, str)):
+        return val
+    return None
+
+
 def _device_str(dev: dict[str, Any]) -> str:
     typ = str(dev.get("type", "?"))
     idx = dev.get("index")
@@ -255,13 +265,21 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
     except TreeSpecError as exc:
         raise GraphFormatError(str(exc)) from exc
 
-    inputs = []
-    user_in = _signature_args(sig, "input_specs", "user_input")
-    for i, arg in enumerate(user_in):
-        entry = _arg_value(arg, shapes, tensors)
-        kind, path = input_label(in_paths[i]) if i < len(in_paths) else ("positional", f"args[{i}]")
-        entry.update({"kind": kind, "path": path})
-        inputs.append(entry)
+    inputs, constant_inputs = [], []
+    leaf = 0  # user and constant inputs both take a leaf of the input treespec, in order
+    for spec in sig.get("input_specs") or []:
+        if not isinstance(spec, dict) or not ({"user_input", "constant_input"} & set(spec)):
+            continue
+        kind, path = input_label(in_paths[leaf]) if leaf < len(in_paths) else ("positional", f"args[{leaf}]")
+        if "user_input" in spec:
+            entry = _arg_value(spec["user_input"].get("arg") or {}, shapes, tensors)
+            entry.update({"kind": kind, "path": path})
+            inputs.append(entry)
+        else:
+            const = spec["constant_input"] or {}
+            constant_inputs.append({"name": str(const.get("name")), "value": _constant_value(const.get("value")),
+                                    "leaf": leaf, "kind": kind, "path": path})
+        leaf += 1
     outputs = []
     for i, arg in enumerate(_signature_args(sig, "output_specs", "user_output")):
         entry = _arg_value(arg, shapes, tensors)
@@ -288,7 +306,7 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
                               "source": None, "code": None})
     dtypes.discard("unknown")
     schema = model.get("schema_version") or {}
-    return {
+    described: dict[str, Any] = {
         "inputs": inputs,
         "outputs": outputs,
         "in_spec": root_sig.get("in_spec"),
@@ -305,3 +323,6 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
             "opset_version": {str(k): int(v) for k, v in (model.get("opset_version") or {}).items()},
         },
     }
+    if constant_inputs:  # only when present: other programs describe (and hash) as before
+        described["constant_inputs"] = constant_inputs
+    return described

@@ -37,13 +37,21 @@ STRUCTURAL = {"sympy", "target", "case_folded_samples", "extra_program"}
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bundler_refuses_to_deserialize_crafted_pt2(pt2_dir, tmp_path, marker, kind):
+    from registry.bundler import ProgramInput, SampleInput, build_bundle
+    from registry.errors import UnsafeArchiveError
     from tests.fixtures_pt2 import run_cli
 
     evil, needle = _craft(kind, pt2_dir, tmp_path, marker)
     out = tmp_path / "x.pt2b"
-    r = run_cli("bundle", f"decoder={evil}", "--sample", f"decoder={pt2_dir / 'decoder_inputs.pt'}", "-o", str(out))
-    assert r.returncode == 5, r.stderr
-    assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    if kind in ("sympy", "opaque_constant"):  # through the CLI: one line, exit 5
+        r = run_cli("bundle", f"decoder={evil}", "--sample", f"decoder={pt2_dir / 'decoder_inputs.pt'}",
+                    "-o", str(out))
+        assert r.returncode == 5, r.stderr
+        assert needle in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    else:
+        with pytest.raises(UnsafeArchiveError, match=needle.replace(".", r"\.")):
+            build_bundle(out, [ProgramInput("decoder", evil)],
+                         samples=[SampleInput("decoder", pt2_dir / "decoder_inputs.pt")])
     assert not out.exists()
 
 

@@ -16,16 +16,17 @@ def _cli_json(*args):
 
 @pytest.fixture(scope="module")
 def built(pt2_dir, tmp_path_factory):
+    """Bundled in-process (the CLI path is exercised by the runs below)."""
+    from registry.bundler import ProgramInput, SampleInput, build_bundle
+
     out = tmp_path_factory.mktemp("heldout")
     made = {}
     for name, sample in (("masked", "masked_inputs.pt"), ("flat", "flat_inputs.pt"),
-                         ("guarded", "guarded_inputs.pt"), ("halves", None)):
+                         ("guarded", "guarded_inputs.pt"), ("halves", None),
+                         ("flagged", "flagged_inputs.pt")):
         dest = out / f"{name}.pt2b"
-        args = ["bundle", f"{name}={pt2_dir / (name + '.pt2')}", "-o", str(dest)]
-        if sample:
-            args += ["--sample", f"{name}={pt2_dir / sample}"]
-        r = run_cli(*args)
-        assert r.returncode == 0, (name, r.stderr)
+        build_bundle(dest, [ProgramInput(name, pt2_dir / f"{name}.pt2")],
+                     samples=[SampleInput(name, pt2_dir / sample)] if sample else [])
         made[name] = dest
     return made
 
@@ -58,3 +59,15 @@ def test_an_input_not_of_its_derived_form_is_exit_4(built, pt2_dir):
     r = run_cli("run", str(built["halves"]), "--inputs", str(pt2_dir / "halves_odd_inputs.pt"))
     assert r.returncode == 4, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_arguments_export_baked_in_may_be_passed_or_left_out_but_not_changed(built, pt2_dir):
+    r, doc = _cli_json("inspect", str(built["flagged"]))
+    consts = doc["programs"]["flagged"]["constant_inputs"]
+    assert [(c["name"], c["value"]) for c in consts] == [("flag", True), ("k", 2)], consts
+    assert run_cli("run", str(built["flagged"]), "--samples").returncode == 0
+    for inputs in ("flagged_inputs.pt", "flagged_tensor_only.pt"):
+        r = run_cli("run", str(built["flagged"]), "--inputs", str(pt2_dir / inputs))
+        assert r.returncode == 0, (inputs, r.stderr)
+    r = run_cli("run", str(built["flagged"]), "--inputs", str(pt2_dir / "flagged_other_flag.pt"))
+    assert r.returncode == 4 and "'flag' was fixed to True" in r.stderr, r.stderr

@@ -1,7 +1,7 @@
 import pytest
 
 from registry.errors import UsageError
-from registry.refs import Ref
+from registry.refs import Ref, validate_alias, validate_digest, validate_name
 
 HEX = "a" * 64
 
@@ -33,3 +33,37 @@ def test_pinned_and_latest():
     assert Ref.parse(f"m@sha256:{HEX}").is_pinned
     assert Ref.parse("m").is_latest
     assert not Ref.parse("m@3").is_latest
+
+
+@pytest.mark.parametrize("text", ["m@99999999999999999999", "m@²", "m@١", "m@𝟏", "m@01", "m@0"])
+def test_versions_are_plain_ascii_numbers(text):
+    with pytest.raises(UsageError) as info:
+        Ref.parse(text)
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("check, text", [(validate_name, "r/m\n"), (validate_alias, "prod\n"),
+                                         (validate_digest, "sha256:" + "a" * 64 + "\n")])
+def test_a_trailing_newline_is_not_part_of_a_valid_name(check, text):
+    with pytest.raises(UsageError):
+        check(text)
+
+
+def test_concurrent_downloads_of_one_blob_do_not_share_a_temp_file(tmp_path):
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from registry.blobs.base import atomic_download
+
+    data = b"x" * 100_000
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "blob"
+
+    def one(_):
+        with atomic_download(dest, digest, "test") as w:
+            for i in range(0, len(data), 1000):
+                w.write(data[i:i + 1000])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(16)))
+    assert dest.read_bytes() == data and not list(tmp_path.glob("*.incomplete"))
