@@ -89,6 +89,11 @@ class LocalBlobStore:
             progress(repeated)
 
         def one(part: Part) -> tuple[int, int]:
+            try:  # a stored copy of the wrong size is damaged: replace it rather than trust it
+                if self.stat(part.digest).size != part.size:
+                    self.delete(part.digest)
+            except NotFoundError:
+                pass
             if self.put_file(path, part.digest, offset=part.offset, length=part.size, progress=progress):
                 return part.size, 0
             check_range(path, part)

@@ -138,7 +138,8 @@ class S3BlobStore:
         manager, inflight = self._transfer_manager(), _Inflight()
 
         def one(part: Part) -> tuple[int, int]:
-            if self.exists(part.digest):
+            # stored with the right size: skipped (a damaged copy of another size is replaced)
+            if self._stored_size(part.digest) == part.size:
                 check_range(path, part)
                 if progress is not None:
                     progress(part.size)
@@ -180,6 +181,14 @@ class S3BlobStore:
                 raise
             return False
         return True
+
+    def _stored_size(self, digest: str) -> int | None:
+        try:
+            return self._stat(digest).size
+        except NotFoundError as exc:
+            if exc.what == "bucket":
+                raise
+            return None
 
     def stat(self, digest: str) -> BlobInfo:
         """Size and mtime (LastModified); ``NotFoundError`` if the blob or the bucket is missing."""
