@@ -33,7 +33,9 @@ def atomic_write(dest: str | os.PathLike, *, mode: int | None = None, fsync: boo
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(dest)  # a failed write (disk full, quota) names what was being written
         raise

@@ -13,4 +13,5 @@ if ! command -v dot >/dev/null 2>&1; then
   echo "Graphviz dot missing (lineage --dot is rendered by the tests); installing Debian's graphviz" >&2
   if [ "$(id -u)" = 0 ]; then apt-get install -y -q graphviz >/dev/null; else sudo apt-get install -y -q graphviz >/dev/null; fi
 fi
-exec .venv/bin/python -m pytest -q "$@"
+# two workers, as many as the 2-core CI machine has; worksteal keeps both busy to the end
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"

@@ -19,11 +19,11 @@ def pt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``pt2reg`` in a fresh process, as a user would."""
+            timeout: float = 300, preexec_fn=None) -> subprocess.CompletedProcess:
+    """Run ``pt2reg`` in a fresh process, as a user would (``preexec_fn``: e.g. set limits)."""
     import os
 
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "registry.cli", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
+                          env=full_env, cwd=cwd or ROOT, timeout=timeout, preexec_fn=preexec_fn)

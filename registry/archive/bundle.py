@@ -46,8 +46,7 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
     ``sources`` maps each manifest member path to a function opening its bytes. Each member is
     hashed while it is copied and the write fails (leaving nothing behind) on any mismatch.
     """
-    with atomic_write(dest) as out:
-        writer = DeterministicZipWriter(out)
+    with atomic_write(dest) as out, DeterministicZipWriter(out) as writer:
         writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
         for member in manifest.members:
             if member.path not in sources:
@@ -58,7 +57,6 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
             writer.write_bytes(BUILD_MEMBER, canonical_json(build))
         if signatures:
             writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
-        writer.close()
     return Path(dest)
 
 

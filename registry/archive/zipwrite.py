@@ -23,8 +23,8 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 class DeterministicZipWriter:
     """Write stored members to an open binary file in a reproducible layout.
 
-    >>> with open("out.zip", "wb") as f:                 # doctest: +SKIP
-    ...     w = DeterministicZipWriter(f); w.write_bytes("a.txt", b"hi"); w.close()
+    >>> with open("out.zip", "wb") as f, DeterministicZipWriter(f) as w:   # doctest: +SKIP
+    ...     w.write_bytes("a.txt", b"hi")
     """
 
     def __init__(self, fp: BinaryIO) -> None:
@@ -72,4 +72,18 @@ class DeterministicZipWriter:
 
     def close(self) -> None:
         self._zf.close()
+
+    def abort(self) -> None:
+        """Give up on a failed write (the caller discards the file): nothing more is written,
+        and zipfile's finalizer does not try to finish the archive on a closed file later."""
+        self._zf.fp = None  # ZipFile.close() (and __del__) return at once when fp is None
+
+    def __enter__(self) -> "DeterministicZipWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 

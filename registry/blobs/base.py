@@ -424,7 +424,9 @@ def atomic_download(dest: str | os.PathLike, digest: str, where: str) -> Iterato
         if "sha256:" + writer.hexdigest() != digest:
             raise corrupt_blob_error(digest, writer.hexdigest(), where)
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(dest)  # a failed write (disk full, quota) names what was being written
         raise

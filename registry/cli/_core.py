@@ -1,6 +1,8 @@
 """Shared CLI plumbing: the app context, error translation, JSON output, progress bars."""
 from __future__ import annotations
 
+import errno
+import errno
 import json
 import os
 import sys
@@ -55,7 +57,7 @@ class RegistryGroup(click.Group):
         except BrokenPipeError:
             ctx.exit(1)
         except OSError as exc:
-            click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+            click.echo(f"error: {os_error_line(exc)}", err=True)
             ctx.exit(1)
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("PT2REG_DEBUG"):
@@ -63,6 +65,22 @@ class RegistryGroup(click.Group):
             click.echo(f"error: unexpected {type(exc).__name__}: {brief(exc)} (set PT2REG_DEBUG=1 for a "
                        f"traceback, and please report it)", err=True)
             ctx.exit(1)
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "free some space there, or write elsewhere (-o, --home / PT2REG_HOME)",
+    errno.EDQUOT: "free some space there, or write elsewhere (-o, --home / PT2REG_HOME)",
+    errno.EFBIG: "a file size limit (ulimit -f) stopped the write",
+    errno.EACCES: "check the permissions of that path",
+    errno.EROFS: "that file system is read-only; write elsewhere",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an operating-system error: what failed, on which path, and what to do."""
+    text = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    hint = _OS_HINTS.get(exc.errno or 0)
+    return " ".join((f"{text}; {hint}" if hint else text).split())
 
 
 def emit_json(value: Any) -> None:

@@ -26,8 +26,8 @@ def _kept(name: str) -> bool:
 
 def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
     """Write the canonical form of ``archive`` to ``dest`` atomically."""
-    with atomic_write(dest, fsync=False) as out:  # a scratch file; the bundle write fsyncs
-        writer = DeterministicZipWriter(out)
+    # a scratch file; the bundle write fsyncs
+    with atomic_write(dest, fsync=False) as out, DeterministicZipWriter(out) as writer:
         for name, entry in archive.entries.items():
             if name.startswith(SAMPLE_INPUTS_DIR):
                 writer.write_bytes(f"{CANONICAL_ROOT}/{name}", b"")
@@ -36,4 +36,3 @@ def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
                 continue
             with open_entry(archive.path, entry) as src:
                 writer.write_stream(f"{CANONICAL_ROOT}/{name}", src, entry.size)
-        writer.close()

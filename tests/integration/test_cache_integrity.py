@@ -29,6 +29,7 @@ def _flip(path, where=None):
     os.chmod(path, 0o444)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_damaged_cache_entries_are_fetched_again_never_loaded(reg_env, bundles, tmp_path):
     good = bundles["ed"]

@@ -265,7 +265,7 @@ class Campaign:
 
     def check(self, label: str) -> StoreView:
         """The registry is consistent: listed versions are complete and pull; no partial blob."""
-        listed = self.listed()
+        listed = self.last_listed = self.listed()
         assert sorted(listed) == list(range(1, len(listed) + 1)), (label, listed)
         view = self.store.view()
         assert not view.junk, (label, view.junk)
@@ -290,8 +290,8 @@ class Campaign:
         return view
 
     def outcome(self, bundle: BundleFile, before: StoreView, after: StoreView) -> str:
-        """Where the kill landed, judged from what it left behind."""
-        if bundle.digest in self.listed().values():
+        """Where the kill landed, judged from what it left behind (``after``: the last check)."""
+        if bundle.digest in self.last_listed.values():
             return "published"
         parts = self.manifests[bundle.digest]
         new = [d for d in parts if d not in before.blobs and d != bundle.digest]

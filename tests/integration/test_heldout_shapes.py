@@ -61,6 +61,7 @@ def test_an_input_not_of_its_derived_form_is_exit_4(built, pt2_dir):
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_arguments_export_baked_in_may_be_passed_or_left_out_but_not_changed(built, pt2_dir):
     r, doc = _cli_json("inspect", str(built["flagged"]))
     consts = doc["programs"]["flagged"]["constant_inputs"]

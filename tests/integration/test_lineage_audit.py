@@ -366,6 +366,7 @@ def test_a_rewritten_or_truncated_log_is_caught_by_this_machines_anchor(reg_env,
 
 # -- 4. every state change and pull is audited ---------------------------------------------------
 
+@pytest.mark.slow
 @BACKENDS
 def test_every_change_and_pull_is_audited_with_actor_host_ref_and_digest(reg_env, bundles,
                                                                           tmp_path):

@@ -9,7 +9,9 @@ from tests.hostile import (bundle_with_raw_member, pt2_with_evil_sample_inputs,
                            pt2_with_pickled_weight)
 
 
-
+# what is unpickled depends on the bundle, not on where it is stored: the local store suffices
+@pytest.mark.slow
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_evil_sample_inputs_are_stripped_by_the_bundler(reg_env, pt2_dir, tmp_path, marker):
     evil = pt2_with_evil_sample_inputs(pt2_dir / "decoder.pt2", tmp_path / "evil.pt2", marker)
     out = tmp_path / "evil.pt2b"
@@ -26,6 +28,7 @@ def test_evil_sample_inputs_are_stripped_by_the_bundler(reg_env, pt2_dir, tmp_pa
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 @pytest.mark.parametrize("attack", ["sample_inputs", "pickled_weight"])
 def test_crafted_bundle_with_pickles_is_refused_before_deserialization(reg_env, pt2_dir, bundles, tmp_path,

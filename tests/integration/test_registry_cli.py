@@ -14,6 +14,7 @@ def _json(r):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_publish_pull_lifecycle(reg_env, bundles, tmp_path):
     ed = bundles["ed"]
     digest = BundleFile.open(ed).digest

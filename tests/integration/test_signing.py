@@ -5,6 +5,11 @@ import pytest
 from registry.archive.bundle import BundleFile
 
 
+# signatures are checked by the client: the local store and the team tier (PostgreSQL + S3) cover
+# both metadata and both blob back ends; SQLite + moto would only repeat them
+@pytest.mark.slow
+@pytest.mark.parametrize("reg_env", ["local", pytest.param("team", marks=pytest.mark.integration)],
+                         indirect=True)
 def test_signed_version_verifies_and_unsigned_is_refused(reg_env, bundles, tmp_path):
     assert reg_env.cli("key", "generate", str(tmp_path / "ci")).returncode == 0
     assert reg_env.cli("key", "generate", str(tmp_path / "other")).returncode == 0

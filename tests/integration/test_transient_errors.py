@@ -254,6 +254,7 @@ s3_envs = pytest.mark.parametrize("reg_env", ["moto", pytest.param("team", marks
 
 # -- transient S3 faults ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 @s3_envs
 def test_transient_s3_faults_are_retried(reg_env: RegistryEnv, multipart_bundle: Path, tmp_path: Path):
     """Throttling, 5xx, dropped connections and cut-off bodies on a third of all requests
@@ -348,6 +349,7 @@ def _write_blob(reg: RegistryEnv, digest: str, data: bytes) -> None:
         reg.s3_client().put_object(Bucket=loc[0], Key=loc[1], Body=data)
 
 
+@pytest.mark.slow
 def test_corrupt_blob_is_never_cached_or_served_and_recovers(reg_env: RegistryEnv, bundles, mid_bundles,
                                                              tmp_path: Path):
     """A whole-member blob and a weight chunk, each corrupted in the store: every pull (by
@@ -419,6 +421,7 @@ def _worker(args: tuple[int, dict[str, str], str, str]) -> list[tuple[list[str],
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_sqlite_locked_is_retried_never_shown(reg_env: RegistryEnv, mid_bundles, tmp_path: Path):
     """Eight processes push, pull, alias, yank and list against one fresh SQLite file at once
