@@ -201,6 +201,8 @@ class Registry:
         """A digest-pinned ref whose manifest and blobs are all cached: no DB, no store."""
         if ref.digest is None or not self.cache.has(ref.digest):
             return None
+        if ref.name not in self._cached_names(ref.digest):
+            return None  # never resolved under this model name here: the database decides
         data = self.cache.path(ref.digest).read_bytes()
         if digest_of_bytes(data) != ref.digest:
             self.cache.evict(ref.digest)
@@ -226,6 +228,29 @@ class Registry:
         except (OSError, ValueError):
             return []
         return [s for s in sigs if isinstance(s, dict)] if isinstance(sigs, list) else []
+
+    def _names_path(self, digest: str) -> Path:
+        return self.settings.cache_dir / "names" / f"{digest.split(':', 1)[1]}.json"
+
+    def _cached_names(self, digest: str) -> set[str]:
+        """Model names the database resolved this digest under on this machine."""
+        import json
+
+        try:
+            names = json.loads(self._names_path(digest).read_text("utf-8"))
+        except (OSError, ValueError):
+            return set()
+        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+    def _cache_name(self, digest: str, name: str) -> None:
+        import json
+
+        from .atomic import atomic_write
+
+        names = self._cached_names(digest)
+        if name not in names:
+            with atomic_write(self._names_path(digest), fsync=False) as f:
+                f.write(json.dumps(sorted(names | {name})).encode("utf-8"))
 
     def _cache_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
         import json
@@ -272,6 +297,7 @@ class Registry:
             self.cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
         sigs = [s if isinstance(s, dict) else s.to_json() for s in self.meta.signatures(version.name, version.number)]
         self._cache_signatures(version.digest, sigs)
+        self._cache_name(version.digest, version.name)
         if record:
             self.meta.record_event(record, actor=actor(), host=hostname(), model=version.name,
                                    number=version.number, digest=version.digest, ref=str(parsed))

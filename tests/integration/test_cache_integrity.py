@@ -83,3 +83,20 @@ def test_damaged_cache_under_a_bundle_file_is_rewritten_from_the_file(bundles, t
     assert "decoder" in bundle
     assert hashlib.sha256(path.read_bytes()).hexdigest() == m.sha256
     assert json.dumps(sorted(p.name for p in (cache / "blobs" / "sha256").rglob("*") if ".incomplete" in p.name)) == "[]"
+
+
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
+def test_a_cached_digest_is_served_only_under_a_model_name_it_was_published_as(reg_env, bundles):
+    """A pinned ref is answered from the cache with no database round trip, but only under a
+    name the database resolved it under: another model's digest is still 'not found' (exit 3)."""
+    assert reg_env.cli("push", str(bundles["v0"]), "--name", "a").returncode == 0
+    assert reg_env.cli("push", str(bundles["v1"]), "--name", "b").returncode == 0
+    digest = BundleFile.open(bundles["v0"]).digest
+    r = reg_env.cli("verify", f"a@{digest}")  # resolved by the database, now cached
+    assert r.returncode == 0, r.stderr
+    r = reg_env.cli("verify", f"b@{digest}")
+    assert r.returncode == 3 and "b" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # the same digest under its own name is served from the cache even with the database gone
+    os.rename(reg_env.db[len("sqlite:///"):], reg_env.db[len("sqlite:///"):] + ".away")
+    r = reg_env.cli("verify", f"a@{digest}")
+    assert r.returncode == 0, r.stderr
