@@ -248,7 +248,7 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         return []
     from torch.utils._pytree import tree_flatten
 
-    from .samples import call_arguments, run_program, write_sample
+    from .samples import call_arguments, run_program, without_constants, write_sample
     from .torchrt import load_inputs_file
 
     modules: dict[str, Any] = {}
@@ -270,8 +270,7 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         program = b.programs[s.program]
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
-        baked = {c["leaf"] for c in program.get("constant_inputs") or []}
-        flat_inputs = [v for i, v in enumerate(flat_inputs) if i not in baked]  # put back at run
+        flat_inputs = without_constants(flat_inputs, program.get("constant_inputs") or [])  # put back at run
         outputs = run_program(modules[s.program], program, value)
         k = counts.get(s.program, 0)
         counts[s.program] = k + 1

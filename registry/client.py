@@ -216,49 +216,42 @@ class Registry:
         return MaterializedBundle(manifest, files, self._cached_signatures(ref.digest), label=str(ref),
                                   name=ref.name)
 
-    def _signatures_path(self, digest: str) -> Path:
-        return self.settings.cache_dir / "signatures" / f"{digest.split(':', 1)[1]}.json"
+    def _cache_doc_path(self, kind: str, digest: str) -> Path:
+        """``cache/<kind>/<hex>.json``: what this machine learnt about a digest from the database."""
+        return self.settings.cache_dir / kind / f"{digest.split(':', 1)[1]}.json"
+
+    def _read_cache_list(self, kind: str, digest: str) -> list[Any]:
+        import json
+
+        try:
+            value = json.loads(self._cache_doc_path(kind, digest).read_text("utf-8"))
+        except (OSError, ValueError):
+            return []
+        return value if isinstance(value, list) else []
+
+    def _write_cache_doc(self, kind: str, digest: str, value: Any) -> None:
+        import json
+
+        from .atomic import atomic_write
+
+        with atomic_write(self._cache_doc_path(kind, digest), fsync=False) as f:
+            f.write(json.dumps(value).encode("utf-8"))
 
     def _cached_signatures(self, digest: str) -> list[dict[str, Any]]:
         """Signatures seen for a digest (they are verified cryptographically when required)."""
-        import json
+        return [s for s in self._read_cache_list("signatures", digest) if isinstance(s, dict)]
 
-        try:
-            sigs = json.loads(self._signatures_path(digest).read_text("utf-8"))
-        except (OSError, ValueError):
-            return []
-        return [s for s in sigs if isinstance(s, dict)] if isinstance(sigs, list) else []
-
-    def _names_path(self, digest: str) -> Path:
-        return self.settings.cache_dir / "names" / f"{digest.split(':', 1)[1]}.json"
+    def _cache_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
+        self._write_cache_doc("signatures", digest, sigs)
 
     def _cached_names(self, digest: str) -> set[str]:
         """Model names the database resolved this digest under on this machine."""
-        import json
-
-        try:
-            names = json.loads(self._names_path(digest).read_text("utf-8"))
-        except (OSError, ValueError):
-            return set()
-        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+        return {n for n in self._read_cache_list("names", digest) if isinstance(n, str)}
 
     def _cache_name(self, digest: str, name: str) -> None:
-        import json
-
-        from .atomic import atomic_write
-
         names = self._cached_names(digest)
         if name not in names:
-            with atomic_write(self._names_path(digest), fsync=False) as f:
-                f.write(json.dumps(sorted(names | {name})).encode("utf-8"))
-
-    def _cache_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
-        import json
-
-        from .atomic import atomic_write
-
-        with atomic_write(self._signatures_path(digest), fsync=False) as f:
-            f.write(json.dumps(sigs).encode("utf-8"))
+            self._write_cache_doc("names", digest, sorted(names | {name}))
 
     def materialize(self, ref: str | Ref, *, progress: Progress | None = None,
                     record: str | None = "pull") -> MaterializedBundle:

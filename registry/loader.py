@@ -77,13 +77,13 @@ class LoadedProgram:
 
         flat, args, kwargs = bind_call(args, kwargs, self.spec.raw.get("in_spec"),
                                        self.spec.raw.get("forward_arg_names"))
-        constants = {c["leaf"]: c for c in self.spec.constant_inputs}
+        constants = self.spec.constant_inputs
         if constants:
-            from .samples import check_constant
+            from .samples import check_constant, without_constants
 
-            for leaf, c in constants.items():
-                check_constant(c, flat[leaf] if leaf < len(flat) else None)
-            flat = [v for i, v in enumerate(flat) if i not in constants]
+            for c in constants:
+                check_constant(c, flat[c["leaf"]] if c["leaf"] < len(flat) else None)
+            flat = without_constants(flat, constants)
         check_inputs(self.spec.inputs, flat, device=self.device)
         with torch().no_grad():
             try:

@@ -78,7 +78,7 @@ class Ref:
             if sel.startswith("0"):
                 raise UsageError(f"invalid ref {text!r}: write versions without leading zeros")
             return cls(name, version=n)
-        if sel[0].isdigit() or sel.isdecimal() or sel.isdigit():
+        if sel[0].isdigit():  # "١", "²", "12x", 19 digits: not a version, and not an alias either
             raise UsageError(f"invalid ref {text!r}: a version is 1 to 18 ASCII digits",
                              hint="expected NAME@N, NAME@ALIAS or NAME@sha256:HEX")
         return cls(name, alias=validate_alias(sel))

@@ -11,7 +11,8 @@ from typing import Any
 from .errors import IntegrityError, UsageError
 from .torchrt import flatten_outputs, torch
 
-__all__ = ["call_arguments", "run_program", "write_sample", "read_sample", "compare_outputs"]
+__all__ = ["call_arguments", "without_constants", "check_constant", "run_program", "write_sample",
+           "read_sample", "compare_outputs"]
 
 
 def call_arguments(program: dict[str, Any], value: Any) -> tuple[tuple, dict]:
@@ -31,23 +32,27 @@ def call_arguments(program: dict[str, Any], value: Any) -> tuple[tuple, dict]:
             raise UsageError(f"missing input {missing[0]!r}")
     else:
         flat = list(value)
-    constants = list(program.get("constant_inputs") or [])
-    if constants and len(flat) == len(inputs) + len(constants):
-        flat = [v for i, v in enumerate(flat) if i not in {c["leaf"] for c in constants}]
-        given = [v for i, v in enumerate(value) if i in {c["leaf"] for c in constants}] \
-            if not isinstance(value, dict) else []
-        for c, v in zip(sorted(constants, key=lambda c: c["leaf"]), given):
-            check_constant(c, v)
+    constants = sorted(program.get("constant_inputs") or [], key=lambda c: c["leaf"])
+    if constants and len(flat) == len(inputs) + len(constants):  # given in full (a flat tuple)
+        for c in constants:
+            check_constant(c, flat[c["leaf"]])
+        flat = without_constants(flat, constants)
     if len(flat) != len(inputs):
         raise UsageError(f"the program takes {len(inputs)} inputs "
                          f"({', '.join(i['name'] for i in inputs)}), got {len(flat)}")
     spec = program.get("in_spec")
     if not spec:
         return tuple(flat), {}
-    for c in sorted(constants, key=lambda c: c["leaf"]):  # baked-in arguments go back in place
+    for c in constants:  # baked-in arguments go back in place
         flat.insert(c["leaf"], c["value"])
     args, kwargs = tree_unflatten(flat, treespec_loads(spec))
     return tuple(args), dict(kwargs)
+
+
+def without_constants(flat: list[Any], constants: list[dict[str, Any]]) -> list[Any]:
+    """``flat`` (every leaf of a program's input treespec) without the leaves export baked in."""
+    baked = {c["leaf"] for c in constants}
+    return [v for i, v in enumerate(flat) if i not in baked]
 
 
 def check_constant(constant: dict[str, Any], value: Any) -> None:

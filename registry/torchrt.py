@@ -21,6 +21,7 @@ from .errors import IntegrityError, NotFoundError, UsageError, brief
 __all__ = [
     "torch", "save_exported_program", "dim_names_of", "op_schema", "load_exported_program",
     "load_inputs_file", "flatten_outputs", "environment", "import_modules", "load_libraries",
+    "quiet_torch", "torch_loading", "restore_guards",
 ]
 
 
@@ -120,20 +121,28 @@ def quiet_torch() -> Iterator[None]:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def torch_loading(what: str, hint: str) -> Iterator[None]:
+    """Run a torch deserialization quietly; any failure of torch's becomes one
+    ``IntegrityError`` line naming ``what`` (torch's own message can be pages long)."""
+    try:
+        with quiet_torch():
+            yield
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise IntegrityError(f"torch could not load {what}: {type(exc).__name__}: {brief(exc, 200)}",
+                             hint=hint) from exc
+
+
 def load_exported_program(path: str | os.PathLike, archive_name: str = "model") -> Any:
     """Deserialize one program from a verified, pickle-scanned `.pt2` file."""
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
 
-    try:
-        with open(path, "rb") as f, quiet_torch():
-            contents = load_pt2(f)
-    except (MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # torch's own message can be pages long
-        raise IntegrityError(f"torch could not load program {archive_name!r} from {path}: "
-                             f"{type(exc).__name__}: {brief(exc, 200)}",
-                             hint="the program is damaged or was written by an incompatible torch") from exc
+    with torch_loading(f"program {archive_name!r} from {path}",
+                       "the program is damaged or was written by an incompatible torch"), open(path, "rb") as f:
+        contents = load_pt2(f)
     try:
         return contents.exported_programs[archive_name]
     except KeyError as exc:

@@ -15,9 +15,9 @@ import os
 import re
 from typing import Any, Iterable
 
-from .errors import InputValidationError, IntegrityError, brief
+from .errors import InputValidationError
 from .pt2.graph import BUILTIN_OP_NAMESPACES
-from .torchrt import quiet_torch, torch
+from .torchrt import torch, torch_loading
 
 __all__ = ["DISPATCH_KEYS", "serde_schema_version", "has_kernel", "registered_custom_ops",
            "torchbind_classes", "cpu_isa", "cuda_capability", "cuda_available", "hip_version",
@@ -121,15 +121,9 @@ def load_aoti(path: str | os.PathLike, model_name: str, device: str) -> Any:
 
     _, _, index = device.partition(":")
     # A buffer, not the path: cache blobs have no `.pt2` suffix and torch warns on those.
-    try:
-        with open(path, "rb") as f, quiet_torch():
-            return load_package(f, model_name, device_index=int(index) if index else -1)
-    except (MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        raise IntegrityError(f"torch could not load AOTInductor model {model_name!r} from {path}: "
-                             f"{type(exc).__name__}: {brief(exc, 200)}",
-                             hint="the package is damaged or was compiled for another torch or machine") from exc
+    with torch_loading(f"AOTInductor model {model_name!r} from {path}",
+                       "the package is damaged or was compiled for another torch or machine"), open(path, "rb") as f:
+        return load_package(f, model_name, device_index=int(index) if index else -1)
 
 
 def bind_call(args: tuple, kwargs: dict, in_spec: str | None,

@@ -16,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
+from ..atomic import atomic_write
 from ..errors import IntegrityError, NotFoundError, UsageError
 from ..refs import validate_digest
 
@@ -413,20 +412,5 @@ def atomic_download(dest: str | os.PathLike, digest: str, where: str) -> Iterato
     symlink is never followed); on leaving, verify the digest, fsync and move it to ``dest``.
     On any failure the partial file is removed and ``dest`` is untouched.
     """
-    dest_path = Path(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest_path.name}.", suffix=".incomplete", dir=dest_path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fp:
-            writer = HashingWriter(fp)
-            yield writer
-            fp.flush()
-            os.fsync(fp.fileno())
-        if "sha256:" + writer.hexdigest() != digest:
-            raise corrupt_blob_error(digest, writer.hexdigest(), where)
-        os.replace(tmp, dest)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(dest)  # a failed write (disk full, quota) names what was being written
-        raise
+    with atomic_write(dest) as fp, verified_into(fp, digest, where) as writer:
+        yield writer

@@ -108,14 +108,28 @@ def _check_layout(rel: dict[str, ZipEntry], where: str) -> None:
                                      f"of models/ as a program)", member=name)
 
 
-def _config_items(path: str, rel: dict[str, ZipEntry], name: str, where: str) -> list[dict[str, Any]]:
-    entry = rel.get(name)
-    cfg = load_json_member(path, entry, where=where) if entry else None
+class _JsonMembers:
+    """Small JSON members (weights and constants configs), each parsed at most once."""
+
+    def __init__(self, path: str, rel: dict[str, ZipEntry], where: str) -> None:
+        self.path, self.rel, self.where = path, rel, where
+        self._parsed: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        """The parsed member, or None when the archive has no such member."""
+        if name not in self._parsed:
+            entry = self.rel.get(name)
+            self._parsed[name] = load_json_member(self.path, entry, where=self.where) if entry else None
+        return self._parsed[name]
+
+
+def _config_items(configs: _JsonMembers, name: str) -> list[dict[str, Any]]:
+    cfg = configs.get(name)
     items = (cfg or {}).get("config") if isinstance(cfg, dict) else None
     return [v for v in items.values() if isinstance(v, dict)] if isinstance(items, dict) else []
 
 
-def _pickled_members(path: str, rel: dict[str, ZipEntry], programs: list[str], where: str) -> list[str]:
+def _pickled_members(rel: dict[str, ZipEntry], configs: _JsonMembers, programs: list[str]) -> list[str]:
     """Members torch.export.load would unpickle: pickled weights and constants (tensor
     subclasses, TorchBind and opaque objects), legacy whole-state-dict files, sample inputs.
 
@@ -123,11 +137,11 @@ def _pickled_members(path: str, rel: dict[str, ZipEntry], programs: list[str], w
     says ``use_pickle``; a constant unless its path is ``tensor_*`` without ``use_pickle``.
     """
     out: set[str] = set()
-    configs = {n for n in rel if n.endswith(("_weights_config.json", "_constants_config.json"))}
-    for name in configs:
+    config_names = {n for n in rel if n.endswith(("_weights_config.json", "_constants_config.json"))}
+    for name in config_names:
         folder = name.rsplit("/", 1)[0]
         constants = name.endswith("_constants_config.json")
-        for item in _config_items(path, rel, name, where):
+        for item in _config_items(configs, name):
             member = f"{folder}/{item.get('path_name')}"
             plain_tensor = str(item.get("path_name", "")).startswith("tensor_") or not constants
             if item.get("use_pickle") or not plain_tensor:
@@ -151,6 +165,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     where = where or path
     root, rel = _split_root(read_entries(path, where=where), where)
     _check_layout(rel, where)
+    configs = _JsonMembers(path, rel, where)
     programs: dict[str, dict[str, Any]] = {}
     for name, entry in rel.items():
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
@@ -161,13 +176,11 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
                 raise UnsafeArchiveError(f"{where}: program {prog!r} would run code while loading: {unsafe}",
                                          member=name, hint="the graph was not written by torch.export; "
                                          "do not load this file")
-            wcfg = rel.get(f"data/weights/{prog}_weights_config.json")
-            ccfg = rel.get(f"data/constants/{prog}_constants_config.json")
             try:
                 programs[prog] = describe_program(
                     model,
-                    weights_config=load_json_member(path, wcfg, where=where) if wcfg else None,
-                    constants_config=load_json_member(path, ccfg, where=where) if ccfg else None,
+                    weights_config=configs.get(f"data/weights/{prog}_weights_config.json"),
+                    constants_config=configs.get(f"data/constants/{prog}_constants_config.json"),
                     dim_names=(dim_names or {}).get(prog),
                 )
             except (GraphFormatError, KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -193,7 +206,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
                                  hint="expected a file written by torch.export.save")
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
-        pickled=_pickled_members(path, rel, list(programs), where),
+        pickled=_pickled_members(rel, configs, list(programs)),
         archive_format=read_entry_bytes(path, fmt, max_size=64, where=where).decode("utf-8", "replace").strip() if fmt else None,
         archive_version=read_entry_bytes(path, ver, max_size=64, where=where).decode("utf-8", "replace").strip() if ver else None,
     )
