@@ -30,20 +30,39 @@ def evil_pickle(marker: Path) -> bytes:
     return buf.getvalue()
 
 
-def rewrite_pt2(src: Path, dest: Path, replace: dict[str, bytes]) -> Path:
-    """Copy a .pt2 replacing members (names relative to the root folder)."""
+def rewrite_pt2(src: Path, dest: Path, replace: dict[str, bytes] | None = None, *,
+                add: dict[str, bytes] | None = None, drop: tuple[str, ...] = ()) -> Path:
+    """Copy a .pt2 replacing members in place, leaving out ``drop`` and appending ``add``
+    (all names relative to the root folder)."""
     entries = read_entries(src)
+    root = next(iter(entries)).split("/", 1)[0]
+    replace = replace or {}
     with open(dest, "wb") as out:
         w = DeterministicZipWriter(out)
         for name, entry in entries.items():
             rel = name.split("/", 1)[1]
+            if rel in drop:
+                continue
             if rel in replace:
                 w.write_bytes(name, replace[rel])
             else:
                 with open_entry(src, entry) as f:
                     w.write_stream(name, f, entry.size)
+        for rel, data in (add or {}).items():
+            w.write_bytes(f"{root}/{rel}", data)
         w.close()
     return dest
+
+
+def read_json_member(src: Path, rel: str) -> dict | None:
+    """A JSON member of a .pt2 (name relative to the root folder), or None when absent."""
+    entries = read_entries(src)
+    root = next(iter(entries)).split("/", 1)[0]
+    entry = entries.get(f"{root}/{rel}")
+    if entry is None:
+        return None
+    with open_entry(src, entry) as f:
+        return json.loads(f.read())
 
 
 def pt2_with_evil_sample_inputs(src: Path, dest: Path, marker: Path) -> Path:
@@ -52,11 +71,7 @@ def pt2_with_evil_sample_inputs(src: Path, dest: Path, marker: Path) -> Path:
 
 def pt2_with_pickled_weight(src: Path, dest: Path, marker: Path) -> Path:
     """Mark the first weight as pickled (``use_pickle``) and make it a malicious pickle."""
-    entries = read_entries(src)
-    root = next(iter(entries)).split("/", 1)[0]
-    cfg_name = f"{root}/data/weights/model_weights_config.json"
-    with open_entry(src, entries[cfg_name]) as f:
-        cfg = json.loads(f.read())
+    cfg = read_json_member(src, "data/weights/model_weights_config.json")
     first = next(iter(cfg["config"].values()))
     first["use_pickle"] = True
     return rewrite_pt2(src, dest, {"data/weights/model_weights_config.json": json.dumps(cfg).encode(),
@@ -93,10 +108,7 @@ def evil_raw_pickle(marker: Path, align: int = 8) -> bytes:
 
 
 def _model_json(src: Path, prog: str = "model") -> dict:
-    entries = read_entries(src)
-    root = next(iter(entries)).split("/", 1)[0]
-    with open_entry(src, entries[f"{root}/models/{prog}.json"]) as f:
-        return json.loads(f.read())
+    return read_json_member(src, f"models/{prog}.json")
 
 
 def pt2_with_sympy_payload(src: Path, dest: Path, marker: Path) -> Path:
@@ -120,41 +132,18 @@ def pt2_with_node_target(src: Path, dest: Path, target: str) -> Path:
     return rewrite_pt2(src, dest, {"models/model.json": json.dumps(model).encode()})
 
 
-def pt2_with_extra_members(src: Path, dest: Path, extra: dict[str, bytes], drop: tuple[str, ...] = ()) -> Path:
-    """Copy a .pt2 adding members (relative names) and leaving out ``drop``."""
-    entries = read_entries(src)
-    root = next(iter(entries)).split("/", 1)[0]
-    with open(dest, "wb") as out:
-        w = DeterministicZipWriter(out)
-        for name, entry in entries.items():
-            if name.split("/", 1)[1] in drop:
-                continue
-            with open_entry(src, entry) as f:
-                w.write_stream(name, f, entry.size)
-        for rel, data in extra.items():
-            w.write_bytes(f"{root}/{rel}", data)
-        w.close()
-    return dest
-
-
 def pt2_with_pickled_constant(src: Path, dest: Path, marker: Path, prefix: str = "opaque_obj_") -> Path:
     """Add a constant whose path is ``opaque_obj_*`` (torch ``pickle.loads`` it whatever
     ``use_pickle`` says) to the constants config."""
-    entries = read_entries(src)
-    root = next(iter(entries)).split("/", 1)[0]
-    cfg_name = f"{root}/data/constants/model_constants_config.json"
-    cfg = {"config": {}}
-    if cfg_name in entries:
-        with open_entry(src, entries[cfg_name]) as f:
-            cfg = json.loads(f.read())
-    with open_entry(src, entries[f"{root}/data/weights/model_weights_config.json"]) as f:
-        meta = next(iter(json.loads(f.read())["config"].values()))["tensor_meta"]
+    cfg = read_json_member(src, "data/constants/model_constants_config.json") or {"config": {}}
+    weights = read_json_member(src, "data/weights/model_weights_config.json")
+    meta = next(iter(weights["config"].values()))["tensor_meta"]
     # use_pickle False with a plausible tensor_meta: torch still unpickles it (by its prefix)
     cfg["config"]["evil"] = {"path_name": f"{prefix}0", "is_param": False, "use_pickle": False,
                              "tensor_meta": meta}
-    return pt2_with_extra_members(src, dest, {"data/constants/model_constants_config.json": json.dumps(cfg).encode(),
-                                              f"data/constants/{prefix}0": evil_raw_pickle(marker)},
-                                  drop=("data/constants/model_constants_config.json",))
+    return rewrite_pt2(src, dest, add={"data/constants/model_constants_config.json": json.dumps(cfg).encode(),
+                                       f"data/constants/{prefix}0": evil_raw_pickle(marker)},
+                       drop=("data/constants/model_constants_config.json",))
 
 
 def pt2_with_dangling_output(src: Path, dest: Path) -> Path:

@@ -6,7 +6,7 @@ with 5 and the marker file is never created.
 """
 import pytest
 
-from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_dangling_output, pt2_with_extra_members,
+from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_dangling_output, rewrite_pt2,
                            pt2_with_node_target, pt2_with_pickled_constant, pt2_with_sympy_payload)
 
 
@@ -20,13 +20,13 @@ def _craft(kind, pt2_dir, tmp_path, marker):
     if kind == "opaque_constant":
         return pt2_with_pickled_constant(src, dest, marker), "data/constants/opaque_obj_0"
     if kind == "legacy_weights":
-        return (pt2_with_extra_members(src, dest, {"data/weights/model.pt": evil_pickle(marker)}),
+        return (rewrite_pt2(src, dest, add={"data/weights/model.pt": evil_pickle(marker)}),
                 "data/weights/model.pt")
     if kind == "case_folded_samples":
-        return (pt2_with_extra_members(src, dest, {"DATA/SAMPLE_INPUTS/model.pt": evil_pickle(marker)},
-                                       drop=("data/sample_inputs/model.pt",)), "DATA/SAMPLE_INPUTS/model.pt")
+        return (rewrite_pt2(src, dest, add={"DATA/SAMPLE_INPUTS/model.pt": evil_pickle(marker)},
+                            drop=("data/sample_inputs/model.pt",)), "DATA/SAMPLE_INPUTS/model.pt")
     if kind == "extra_program":
-        return (pt2_with_extra_members(src, dest, {"models/sub/model.json": b"{}"}), "models/sub/model.json")
+        return (rewrite_pt2(src, dest, add={"models/sub/model.json": b"{}"}), "models/sub/model.json")
     raise AssertionError(kind)
 
 
