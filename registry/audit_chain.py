@@ -23,7 +23,7 @@ from .digests import canonical_json, sha256_bytes
 
 __all__ = [
     "GENESIS_HASH", "CONTENT_FIELDS", "ChainVerdict", "format_ts", "parse_ts", "event_content",
-    "event_hash", "seal", "verify_chain",
+    "event_hash", "seal", "verify_chain", "version_fields_hash",
 ]
 
 #: ``prev_hash`` of the first event.
@@ -106,6 +106,25 @@ def seal(event: Mapping[str, Any], *, prev_hash: str) -> dict[str, Any]:
     """
     content = event_content(event)
     return {**content, "prev_hash": prev_hash, "hash": event_hash(content, prev_hash)}
+
+
+def version_fields_hash(created_by: str, metadata_json: str,
+                        lineage: Iterable[tuple[str, str, str | None, str | None]]) -> str:
+    """Hex sha256 of what a version's publish event vouches for besides its digest: who
+    published it, its metadata and its lineage edges ``(kind, value, digest, extra_json)``,
+    exactly as stored (text forms, edges in sorted order). Recorded in the ``publish`` event's
+    details as ``fields`` (or by an ``attest`` event for versions published before), so
+    editing any of them in the database breaks ``audit --verify``.
+
+    >>> version_fields_hash("ana", "{}", []) == version_fields_hash("ana", "{}", [])
+    True
+    >>> version_fields_hash("ana", "{}", []) == version_fields_hash("eve", "{}", [])
+    False
+    """
+    edges = sorted(([kind, value, digest, extra] for kind, value, digest, extra in lineage),
+                   key=canonical_json)
+    return sha256_bytes(canonical_json({"created_by": created_by, "metadata_json": metadata_json,
+                                        "lineage": edges}))
 
 
 def verify_chain(events: Iterable[Any]) -> ChainVerdict:

@@ -141,7 +141,7 @@ class _Builder:
         archive = open_pt2(where, where=where)
         norm = self.work / f"p{index}.pt2"
         normalize_pt2(archive, norm)
-        archive = open_pt2(norm, where=where,
+        archive = open_pt2(norm, where=where, canonical=True,
                            dim_names={p: dict(src.dim_names) for p in archive.programs})
         if archive.programs:
             self._add_portable(src, archive, norm, where)

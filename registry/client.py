@@ -22,6 +22,7 @@ from .digests import digest_of_bytes
 from .errors import IntegrityError, NotFoundError, UsageError
 from .manifest import Manifest
 from .refs import Ref, validate_alias, validate_name
+from .pt2.reader import check_bundle_programs
 from .signing import check_signature_entries
 from .sources import BlobCache, MaterializedBundle
 from .transfer import assemble_member, bundle_parts, upload_bundle
@@ -171,6 +172,7 @@ class Registry:
         for a in aliases:
             validate_alias(a)
         bundle = BundleFile.open(bundle_path)
+        check_bundle_programs(bundle)  # torch will only ever read what the loader can vet
         manifest = bundle.manifest
         sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
         parts = bundle_parts(bundle)
@@ -186,12 +188,19 @@ class Registry:
                     stored + [(manifest.digest, len(manifest.canonical))],
                     aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
                     lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
-                    environment=environment)
+                    environment=environment, claim=pending, missing_blobs=self._missing_blobs)
         finally:
             self.meta.end_pending(pending)
         warnings = () if created else (f"identical content is already {version.name}@{version.number}; "
                                        f"no new version was created",)
         return PushResult(version, created, uploaded, skipped, warnings)
+
+    def _missing_blobs(self, digests: list[str]) -> list[str]:
+        """The digests the blob store lacks (stat / HEAD, several at once), in order."""
+        from .blobs.base import run_parallel
+
+        present = run_parallel(self.blobs.exists, digests, 8) if digests else []
+        return [d for d, ok in zip(digests, present) if not ok]
 
     # -- resolve and pull -----------------------------------------------------------------
     def resolve(self, ref: str | Ref) -> Any:
@@ -253,12 +262,32 @@ class Registry:
         if name not in names:
             self._write_cache_doc("names", digest, sorted(names | {name}))
 
+    @cached_property
+    def trust_policy(self) -> Any:
+        """The client trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``; see registry.trust)."""
+        from .trust import load_policy
+
+        return load_policy(self.settings.home)
+
+    def _trusted(self, src: MaterializedBundle, trust: bool) -> MaterializedBundle:
+        if not trust:
+            return src
+        from .trust import establish_trust
+
+        return establish_trust(src, self.trust_policy)
+
     def materialize(self, ref: str | Ref, *, progress: Progress | None = None,
-                    record: str | None = "pull") -> MaterializedBundle:
-        """Resolve ``ref`` and make every member a verified file in the local cache."""
+                    record: str | None = "pull", trust: bool = True) -> MaterializedBundle:
+        """Resolve ``ref`` and make every member a verified file in the local cache.
+
+        With ``trust`` (the default) the trust policy is enforced first: a model a rule names
+        must carry a valid signature by one of its keys (SignatureError, exit 5, before any blob
+        is fetched); the result's ``trusted_signers`` lists the trusted keys that signed it.
+        """
         parsed = ref if isinstance(ref, Ref) else Ref.parse(ref)
         cached = self._cached_pinned(parsed)
         if cached is not None:
+            cached = self._trusted(cached, trust)
             if record and "meta" in self.__dict__:  # the database is open anyway: record now
                 self.meta.record_event(record, actor=actor(), host=hostname(), model=parsed.name,
                                        digest=parsed.digest, ref=str(parsed))
@@ -270,6 +299,11 @@ class Registry:
         if manifest.digest != version.digest:
             raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
                                  f"its digest {version.digest}", hint="the metadata database was altered")
+        sigs = [s if isinstance(s, dict) else s.to_json() for s in self.meta.signatures(version.name, version.number)]
+        label = f"{version.name}@{version.number}"
+        # the trust policy needs only the digest and signatures: refuse before fetching anything
+        signers = self._trusted(MaterializedBundle(manifest, {}, sigs, label=label, name=version.name,
+                                                   version=version.number), trust).trusted_signers
         files = {}
         for m in manifest.members:
             path = self.cache.path(m.digest)
@@ -288,15 +322,13 @@ class Registry:
             import io
 
             self.cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
-        sigs = [s if isinstance(s, dict) else s.to_json() for s in self.meta.signatures(version.name, version.number)]
         self._cache_signatures(version.digest, sigs)
         self._cache_name(version.digest, version.name)
         if record:
             self.meta.record_event(record, actor=actor(), host=hostname(), model=version.name,
                                    number=version.number, digest=version.digest, ref=str(parsed))
-        return MaterializedBundle(manifest, files, sigs,
-                                  label=f"{version.name}@{version.number}", name=version.name,
-                                  version=version.number)
+        return MaterializedBundle(manifest, files, sigs, label=label, name=version.name,
+                                  version=version.number, trusted_signers=signers)
 
     def _assemble(self, member: Any, dest: Path, progress: Progress | None) -> None:
         assemble_member(member, self.blobs, dest, progress)
@@ -417,10 +449,11 @@ class Registry:
         listed = list(self.blobs.list())
         referenced = self.meta.referenced_blobs()
         claims = self.meta.pending_claims()
+        db_now = self.meta.db_now()  # claims are judged by the database's clock, not ours
         protected = set()
         dead = []
         for claim in claims:
-            if _claim_alive(claim):
+            if _claim_alive(claim, db_now):
                 protected.update(claim.blobs)
             else:
                 dead.append(claim.id)
@@ -439,14 +472,17 @@ class Registry:
             # claims are read again after the store has listed its uploads, so a push that
             # started meanwhile (it claims before it writes) is spared
             aborted = abort(grace_seconds, dry_run=dry_run, keep=lambda: {
-                d for c in self.meta.pending_claims() if _claim_alive(c) for d in c.blobs})
+                d for c in self.meta.pending_claims() if _claim_alive(c, self.meta.db_now())
+                for d in c.blobs})
         if not dry_run:
             # under the lock push claims take: claims and references are re-read there, so a
-            # push that starts now either is seen (its blobs spared) or finds them gone
+            # push that starts now either is seen (its blobs spared) or finds them gone; the
+            # claims judged dead there are deleted there too, before any blob, so their push
+            # fails at publish instead of recording a version whose blobs are gone
+            released: list[int] = []
             deleted = self.meta.sweep_blobs(deleted, is_alive=_claim_alive, delete=self.blobs.delete,
-                                            actor=actor(), host=hostname())
-            for claim_id in dead:
-                self.meta.end_pending(claim_id)
+                                            actor=actor(), host=hostname(), released=released)
+            dead = released
         return GcResult(deleted, kept, dry_run, aborted, len(dead))
 
 
@@ -461,8 +497,11 @@ def parse_time(text: str) -> datetime:
     return when.astimezone(timezone.utc)
 
 
-def _claim_alive(claim: Any) -> bool:
-    """A pending push is alive if its process runs here, or it heartbeated recently elsewhere."""
+def _claim_alive(claim: Any, now: datetime | None = None) -> bool:
+    """A pending push is alive if its process runs here, or it heartbeated recently elsewhere.
+
+    ``now`` is the database's clock (heartbeats are stamped by it, so a client with a skewed
+    clock can neither keep a dead claim alive nor make a live one look stale)."""
     if claim.host == hostname():
         try:
             os.kill(int(claim.pid), 0)
@@ -474,4 +513,6 @@ def _claim_alive(claim: Any) -> bool:
     beat = claim.heartbeat_at
     if isinstance(beat, str):
         beat = datetime.fromisoformat(beat.replace("Z", "+00:00"))
-    return (datetime.now(timezone.utc) - beat).total_seconds() < 6 * _HEARTBEAT_SECONDS
+    if now is None:
+        now = datetime.now(timezone.utc)
+    return (now - beat).total_seconds() < 6 * _HEARTBEAT_SECONDS

@@ -11,6 +11,9 @@ and reports everything at once::
 Variant choice: an AOTInductor variant whose target matches exactly (device key, compute
 capability, platform, machine, and a CPU ISA the target supports) wins, since it is the
 compiled, faster form; otherwise the portable ExportedProgram, which can be moved to any device.
+An AOTInductor variant is native code: the loader passes ``allow_native=False`` unless the
+bundle is signed by a trusted key or the user said ``--trust-native``, and then only the
+portable program is chosen (with an ``info`` finding saying which variant was passed over).
 
 A newer serde schema *minor* than the runtime's is a warning, not an error: minor bumps are
 additive (torch itself loads such archives silently) and fail only if the program uses a
@@ -29,6 +32,7 @@ from .pt2.graph import HARDWARE_DTYPES
 from .target import Target, op_key
 
 __all__ = ["Finding", "CompatReport", "check", "choose_variant", "aoti_mismatch", "RULES", "device_type_of",
+           "NATIVE_FIX",
            "serde_schema_rule", "torch_version_rule", "device_type_rule", "hardware_dtype_rule",
            "custom_op_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule",
            "DEVICE_DISPATCH_KEYS", "COMPOSITE_KEYS"]
@@ -52,7 +56,7 @@ _ISA_IMPLIES = {"AVX512": {"AVX2"}, "SVE256": {"ASIMD", "NEON"}, "ASIMD": {"NEON
 class Finding:
     """One problem. ``message`` is a single line naming the thing; ``why``/``fix`` explain."""
 
-    severity: str          # "error" | "warning"
+    severity: str          # "error" | "warning" | "info" (nothing wrong: a choice explained)
     code: str              # e.g. "custom-op-missing"
     program: str | None
     message: str
@@ -136,14 +140,27 @@ def aoti_mismatch(vt: Mapping[str, Any], target: Target, device_type: str) -> st
     return None
 
 
-def choose_variant(program: ProgramSpec, target: Target, device: str | None = None) -> tuple[Variant | None, str]:
-    """The variant to load on the target and why (None when no variant can run there)."""
+#: How to allow native code, said wherever an AOTInductor variant is passed over for it.
+NATIVE_FIX = ("to allow it, require the publisher's signature (--require-signature KEY, or a trust policy "
+              "rule for the model) or pass --trust-native (trust_native=True)")
+
+
+def choose_variant(program: ProgramSpec, target: Target, device: str | None = None, *,
+                   allow_native: bool = True) -> tuple[Variant | None, str]:
+    """The variant to load on the target and why (None when no variant can run there).
+
+    ``allow_native=False`` never chooses an AOTInductor variant (a compiled shared library):
+    the portable program is used instead, and the reason says which variant was passed over.
+    """
     device_type = device_type_of(device, target)
     rejected = []
     for v in program.variants:
         if v.kind != "aoti":
             continue
         why_not = aoti_mismatch(v.target, target, device_type)
+        if why_not is None and not allow_native:
+            rejected.append(f"{v.id} matches the target but is native code from a publisher not trusted here")
+            continue
         if why_not is None:
             return v, f"AOTInductor variant {v.id} matches the target ({_describe(v.target)})"
         rejected.append(f"{v.id}: {why_not}")
@@ -157,12 +174,13 @@ def choose_variant(program: ProgramSpec, target: Target, device: str | None = No
 
 # ---------------------------------------------------------------------------------------- rules
 
-def serde_schema_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
+                      allow_native: bool = True) -> list[Finding]:
     """Serializer schema major must equal the runtime's; a newer minor warns; archive version 0."""
     out: list[Finding] = []
     major, minor = target.serde_schema
     for name, prog in manifest.programs.items():
-        chosen, _ = choose_variant(prog, target, device)
+        chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
         needed = chosen is None or chosen.kind == "exported_program"
         ser = prog.raw["serialization"]
         pmajor, pminor = ser["schema_version"]
@@ -335,11 +353,23 @@ def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> li
     return out
 
 
-def aoti_target_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
-    """A program with only AOTInductor variants needs one built exactly for the target."""
+def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
+                     allow_native: bool = True) -> list[Finding]:
+    """A program with only AOTInductor variants needs one built exactly for the target, and
+    native code allowed (``native-code`` error otherwise, which refuses with exit 5)."""
     out = []
     for name, prog in manifest.programs.items():
-        chosen, reason = choose_variant(prog, target, device)
+        chosen, reason = choose_variant(prog, target, device, allow_native=allow_native)
+        if chosen is None and not allow_native:
+            native, _ = choose_variant(prog, target, device)
+            if native is not None:
+                out.append(Finding(
+                    "error", "native-code", name,
+                    f"program {name!r} has only AOTInductor variants (native code) and {native.id!r} is not "
+                    f"allowed: the bundle is not signed by a key trusted here",
+                    "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
+                    NATIVE_FIX))
+                continue
         if chosen is None:
             out.append(_err("aoti-target", name,
                             f"program {name!r} has only AOTInductor variants and none matches the target "
@@ -355,12 +385,13 @@ def _same_device(baked: str, device: str) -> bool:
     return btype == dtype and (not bidx or not didx or bidx == didx)
 
 
-def baked_device_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
+                      allow_native: bool = True) -> list[Finding]:
     """Devices hard-coded at export: moved with the portable program (warning), else an error."""
     out = []
     device = device or target.device_type
     for name, prog in manifest.programs.items():
-        chosen, _ = choose_variant(prog, target, device)
+        chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
         for b in prog.baked_devices:
             if _same_device(b["device"], device):
                 continue
@@ -388,12 +419,33 @@ RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
     torchbind_rule, aoti_target_rule, baked_device_rule)
 
 
-def check(manifest: Manifest, target: Target, device: str | None = None) -> CompatReport:
-    """Run every rule and choose a variant per program. ``device`` defaults to the target's type."""
-    findings = [f for rule in RULES for f in rule(manifest, target, device)]
+#: Rules whose verdict depends on the chosen variant: they take ``allow_native``.
+_VARIANT_RULES = (serde_schema_rule, aoti_target_rule, baked_device_rule)
+
+
+def check(manifest: Manifest, target: Target, device: str | None = None, *,
+          allow_native: bool = True) -> CompatReport:
+    """Run every rule and choose a variant per program. ``device`` defaults to the target's type.
+
+    ``allow_native=False``: AOTInductor variants are never chosen; an ``info`` finding
+    ``native-code`` says which one was passed over and how to allow it, and a program with only
+    such variants gets a ``native-code`` error.
+    """
+    findings = [f for rule in RULES for f in (rule(manifest, target, device, allow_native=allow_native)
+                                              if rule in _VARIANT_RULES else rule(manifest, target, device))]
     choices = {}
     for name, prog in manifest.programs.items():
-        chosen, reason = choose_variant(prog, target, device)
+        chosen, reason = choose_variant(prog, target, device, allow_native=allow_native)
         choices[name] = (chosen.id if chosen else None, reason)
+        if not allow_native and chosen is not None:
+            native, _ = choose_variant(prog, target, device)
+            if native is not None and native.kind == "aoti":
+                findings.append(Finding(
+                    "info", "native-code", name,
+                    f"program {name!r}: AOTInductor variant {native.id!r} matches the target but was not "
+                    f"chosen (native code, and the bundle is not signed by a key trusted here); using the "
+                    f"portable program",
+                    "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
+                    NATIVE_FIX))
     return CompatReport(compatible=not any(f.severity == "error" for f in findings),
                         findings=tuple(findings), choices=choices)

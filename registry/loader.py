@@ -6,9 +6,12 @@
 
 Order of operations: compatibility check against the target (``registry.compat``; nothing is
 deserialized when it fails) -> pickle scan of the chosen members (refused unless
-``trust_pickle``) -> load the chosen variant (portable program moved to the device with
-``move_to_device_pass``, or an AOTInductor package) -> every call's inputs checked against the
-signature (``registry.signature_check``) before the graph runs.
+``trust_pickle``) -> first load on this machine of a program no trusted key signed: the same
+deserialization in a limited subprocess (``registry.sandbox``) -> load the chosen variant
+(portable program moved to the device with ``move_to_device_pass``, or an AOTInductor package,
+chosen only when a trusted key signed the bundle or ``trust_native``) -> every call's inputs
+checked against the signature (``registry.signature_check``) before the graph runs. The trust
+policy (``registry.trust``) is enforced by ``load`` before any of this.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from .sources import MaterializedBundle
 from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle",
-           "needs_cpu_isa", "pickle_findings", "save_outputs"]
+           "needs_cpu_isa", "pickle_findings", "native_code_findings", "native_allowed", "save_outputs"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,19 @@ class LoadedProgram:
                 check_constant(c, flat[c["leaf"]] if c["leaf"] < len(flat) else None)
             flat = without_constants(flat, constants)
         check_inputs(self.spec.inputs, flat, device=self.device)
+        guards = getattr(self._module, "_registry_guards", None)
+        if guards:  # export guards, evaluated by registry.pt2.guards (torch never exec()s them)
+            from .pt2.guards import GuardFailure, check_guards
+
+            names = list(self.spec.raw.get("forward_arg_names") or [])
+            env: dict[str, Any] = dict(zip(names, args))
+            env.update(kwargs)
+            env.setdefault("flat_args", list(flat))
+            try:
+                check_guards(guards, env)
+            except GuardFailure as exc:
+                raise InputValidationError(f"program {self.name!r} refuses these inputs: {exc} "
+                                           f"(it was exported for inputs that satisfy this)") from None
         with torch().no_grad():
             try:
                 return self._module(*args, **kwargs)
@@ -192,74 +208,147 @@ def _resolve_target(src: MaterializedBundle, device: str | None, target: Target 
     return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed))
 
 
-def _pickled(src: MaterializedBundle, report: CompatReport) -> list[tuple[str, str, list[str]]]:
-    """(program, member, pickled entries) for each chosen variant torch would unpickle from."""
+@dataclass(frozen=True)
+class _Vetted:
+    """A chosen variant's member, vetted as torch will read it, and what in it is pickled."""
+
+    program: str
+    member: str
+    tensors: tuple[str, ...]   # pickled tensors (tensor subclasses): loadable with trust_pickle
+    objects: tuple[str, ...]   # pickled objects (TorchBind, opaque, sample inputs): never loaded
+
+
+def _vet(src: MaterializedBundle, report: CompatReport, wanted: Sequence[str] | None = None) -> list[_Vetted]:
+    """Vet each chosen variant's member the way torch will read it, whatever the flags: the
+    canonical zip layout, the exact member allowlist, canonical JSON, the graph checks and the
+    payload sizes (``open_pt2(canonical=True)``). Raises UnsafeArchiveError (exit 5) naming the
+    program's member; returns what each would unpickle."""
     from .pt2.reader import open_pt2
 
     out = []
     for name, (vid, _) in report.choices.items():
+        if wanted is not None and name not in wanted:
+            continue
         variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
-        if variant is not None:
-            entries = open_pt2(src.member_file(variant.member), where=variant.member).pickled
-            if entries:
-                out.append((name, variant.member, entries))
+        if variant is None:
+            continue
+        where = f"program {name!r} ({variant.member})"
+        archive = open_pt2(src.member_file(variant.member), where=where, canonical=True, kind=variant.kind)
+        objects = tuple(archive.pickled_objects)
+        tensors = tuple(m for m in archive.pickled if m not in objects)
+        out.append(_Vetted(name, variant.member, tensors, objects))
     return out
 
 
-def _pickle_message(name: str, member: str, entries: list[str]) -> str:
+def _pickle_message(name: str, member: str, entries: Sequence[str], what: str = "pickled data") -> str:
     more = f" (+{len(entries) - 3} more)" if len(entries) > 3 else ""
-    return f"program {name!r} ({member}) holds pickled data: {', '.join(entries[:3])}{more}"
+    return f"program {name!r} ({member}) holds {what}: {', '.join(entries[:3])}{more}"
+
+
+_OBJECTS_WHY = "unpickling runs code chosen by whoever made the file"
+_OBJECTS_FIX = ("pickled objects are never loaded, whatever the flags; export the program without "
+                "TorchBind/opaque objects")
+_TENSORS_FIX = "load it only if you trust the publisher (--trust-pickle)"
 
 
 def pickle_findings(src: MaterializedBundle, report: CompatReport, *, trust_pickle: bool = False
                     ) -> list[Finding]:
-    """Members of the chosen variants that torch would unpickle when loading them: errors
-    (the load would be refused, exit 5) unless the user trusts the bundle."""
-    return [Finding("warning" if trust_pickle else "error", "pickle", name,
-                    _pickle_message(name, member, entries),
-                    "unpickling runs code chosen by whoever made the file",
-                    "load it only if you trust the publisher (--trust-pickle)")
-            for name, member, entries in _pickled(src, report)]
-
-
-def native_code_findings(src: MaterializedBundle, report: CompatReport) -> list[Finding]:
-    """A warning for each chosen AOTInductor variant: loading it maps a compiled shared library
-    into this process, which no check of ours can vet the way a graph is vetted."""
+    """Members of the chosen variants that torch would unpickle when loading them. Pickled
+    objects are always errors; pickled tensors are errors (the load would be refused, exit 5)
+    unless the user trusts the bundle (``trust_pickle`` permits pickled tensors, nothing else)."""
     out = []
-    for name, (vid, _) in report.choices.items():
-        variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
-        if variant is not None and variant.kind == "aoti":
-            out.append(Finding("warning", "native-code", name,
-                               f"program {name!r} would run as AOTInductor variant {vid!r}: a compiled "
-                               f"shared library loaded into this process",
-                               "native code runs with this process's rights; unlike a graph it cannot "
-                               "be checked before it runs",
-                               "run it only from a publisher you trust: require their signature with "
-                               "--require-signature KEY"))
+    for v in _vet(src, report):
+        if v.objects:
+            out.append(Finding("error", "pickle", v.program,
+                               _pickle_message(v.program, v.member, v.objects, "pickled objects"),
+                               _OBJECTS_WHY, _OBJECTS_FIX))
+        if v.tensors:
+            out.append(Finding("warning" if trust_pickle else "error", "pickle", v.program,
+                               _pickle_message(v.program, v.member, v.tensors, "pickled tensors"),
+                               _OBJECTS_WHY, _TENSORS_FIX))
     return out
 
 
+def native_code_findings(src: MaterializedBundle, report: CompatReport) -> list[Finding]:
+    """A finding for each chosen AOTInductor variant: loading it maps a compiled shared library
+    into this process, which no check of ours can vet the way a graph is vetted. ``info`` when a
+    trusted key signed the bundle, a ``warning`` when only ``--trust-native`` allowed it."""
+    out = []
+    signers = tuple(getattr(src, "trusted_signers", ()) or ())
+    for name, (vid, _) in report.choices.items():
+        variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
+        if variant is not None and variant.kind == "aoti":
+            allowed = (f"allowed: signed by trusted key {signers[0][:19]}..." if signers
+                       else "allowed by --trust-native")
+            out.append(Finding("info" if signers else "warning", "native-code", name,
+                               f"program {name!r} would run as AOTInductor variant {vid!r}: a compiled "
+                               f"shared library loaded into this process ({allowed})",
+                               "native code runs with this process's rights; unlike a graph it cannot "
+                               "be checked before it runs",
+                               "" if signers else "run it only from a publisher you trust: require their "
+                               "signature with --require-signature KEY or a trust policy"))
+    return out
+
+
+def native_allowed(src: MaterializedBundle, trust_native: bool = False) -> bool:
+    """AOTInductor variants may be chosen: ``--trust-native``, or a trusted key signed the bundle."""
+    return bool(trust_native or getattr(src, "trusted_signers", ()))
+
+
+def _refuse_native(src: MaterializedBundle, findings: Sequence[Finding], wanted: Sequence[str] | None = None) -> None:
+    """A program that has only AOTInductor variants, native code not allowed: exit 5, one line."""
+    f = next((f for f in findings if f.severity == "error" and f.code == "native-code"
+              and (wanted is None or f.program in wanted)), None)
+    if f is not None:
+        raise UnsafeArchiveError(f"{src.label or src.digest}: {f.message}", hint=f.fix)
+
+
+def _default_sandbox() -> Any:
+    from .config import Settings
+    from .sandbox import SandboxConfig
+
+    return SandboxConfig.from_env(Settings.resolve().cache_dir)
+
+
+def _vet_in_sandbox(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
+                    sandbox: Any) -> str:
+    """First load on this machine of a program no trusted key signed: torch deserializes it in a
+    limited subprocess first (``registry.sandbox``); exit 5 when that crashes or runs out."""
+    from .sandbox import vet_program
+
+    return vet_program(src, spec, variant, device, sandbox)
+
+
 def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target: Target | None = None,
-                  trust_pickle: bool = False) -> CompatReport:
+                  trust_pickle: bool = False, trust_native: bool = False) -> CompatReport:
     """Every check but the load: compatibility with the target and the pickle scan, all at once.
+
+    AOTInductor variants are considered only when ``trust_native`` or a trusted key signed the
+    bundle (``src.trusted_signers``); otherwise an ``info`` ``native-code`` finding says which
+    variant was passed over (an ``error`` when a program has nothing else).
 
     >>> report = verify_bundle(src, target=Target.load("box.json"))      # doctest: +SKIP
     >>> report.compatible, [f.message for f in report.findings]
     """
     target = _resolve_target(src, device, target)
-    report = check(src.manifest, target, device)
+    report = check(src.manifest, target, device, allow_native=native_allowed(src, trust_native))
     extra = pickle_findings(src, report, trust_pickle=trust_pickle) + native_code_findings(src, report)
     compatible = report.compatible and not any(f.severity == "error" for f in extra)
     return CompatReport(compatible, report.findings + tuple(extra), report.choices)
 
 
 def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target | None = None,
-                trust_pickle: bool = False, programs: Sequence[str] | None = None) -> LoadedBundle:
+                trust_pickle: bool = False, programs: Sequence[str] | None = None,
+                trust_native: bool = False, sandbox: Any = None) -> LoadedBundle:
     """Check the bundle against ``target`` (default: ``probe(device)``), then load it on ``device``.
 
     Raises IncompatibleError (exit 4, ``.findings``) before any deserialization when an error
     rule fires, and UnsafeArchiveError (exit 5) for pickled members unless ``trust_pickle``.
-    ``programs`` limits loading to some program names.
+    ``programs`` limits loading to some program names. AOTInductor variants (native code) are
+    chosen only with ``trust_native`` or when a trusted key signed the bundle
+    (``src.trusted_signers``); a program with nothing else is refused (exit 5). Each program
+    not signed by a trusted key is first deserialized in a limited subprocess, once per machine
+    (``sandbox``: a ``registry.sandbox.SandboxConfig``, default from ``PT2REG_SANDBOX*``).
     """
     wanted = list(programs) if programs is not None else list(src.manifest.programs)
     unknown = [p for p in wanted if p not in src.manifest.programs]
@@ -267,25 +356,37 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
         raise NotFoundError(f"bundle has no program {unknown[0]!r}; programs: "
                             f"{', '.join(src.manifest.programs)}", what="program", name=unknown[0])
     target = _resolve_target(src, device, target)
-    report = check(src.manifest, target, device)
+    allow_native = native_allowed(src, trust_native)
+    report = check(src.manifest, target, device, allow_native=allow_native)
+    _refuse_native(src, report.findings, wanted)
     # Problems of programs not being loaded do not block the ones that are.
     errors = [f for f in report.errors if f.program is None or f.program in wanted]
     if errors:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         raise IncompatibleError(f"{src.label or src.digest} cannot run on {device}: {errors[0].message}{more}",
                                 findings=list(report.findings), hint=errors[0].fix or None)
-    if not trust_pickle:
-        for name, member, entries in _pickled(src, report):
-            if name in wanted:
-                raise UnsafeArchiveError(f"{_pickle_message(name, member, entries)}; refusing to load it",
-                                         member=member, hint="pass --trust-pickle (trust_pickle=True) "
-                                         "only if you trust the publisher")
+    # whatever the flags: torch reads only vetted bytes. A forged member makes the whole bundle
+    # suspect (every chosen variant is vetted); a pickled one blocks only its own program.
+    for v in _vet(src, report):
+        if v.program not in wanted:
+            continue
+        if v.objects:
+            also = f" and pickled tensors: {', '.join(v.tensors[:3])}" if v.tensors else ""
+            raise UnsafeArchiveError(f"{_pickle_message(v.program, v.member, v.objects, 'pickled objects')}"
+                                     f"{also}; refusing to load it", member=v.member, hint=_OBJECTS_FIX)
+        if v.tensors and not trust_pickle:
+            raise UnsafeArchiveError(f"{_pickle_message(v.program, v.member, v.tensors, 'pickled tensors')}; "
+                                     f"refusing to load it", member=v.member, hint="pass --trust-pickle "
+                                     "(trust_pickle=True) only if you trust the publisher")
+    if sandbox is None:
+        sandbox = _default_sandbox()
     loaded = {}
     for name in wanted:
         spec = src.manifest.programs[name]
-        variant, reason = choose_variant(spec, target, device)
+        variant, reason = choose_variant(spec, target, device, allow_native=allow_native)
         if variant is None:  # the aoti-target rule already failed the report; kept for safety
             raise IncompatibleError(f"program {name!r}: {reason}", findings=list(report.findings))
+        _vet_in_sandbox(src, spec, variant, device, sandbox)
         loaded[name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))
     return LoadedBundle(src, report, target, device, loaded)
 
@@ -306,8 +407,13 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
 def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
          target: Target | None = None, trust_pickle: bool = False, imports: Sequence[str] = (),
          libraries: Sequence[str] = (), cache_dir: str | os.PathLike | None = None,
-         programs: Sequence[str] | None = None, require_signature: Sequence[str] = ()) -> LoadedBundle:
+         programs: Sequence[str] | None = None, require_signature: Sequence[str] = (),
+         trust_native: bool = False) -> LoadedBundle:
     """``registry.load``: a bundle file, a registry ref or a materialized bundle, loaded on ``device``.
+
+    The trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``) and ``require_signature`` are
+    enforced before anything is deserialized (SignatureError, exit 5). AOTInductor variants are
+    used only when a trusted key signed the bundle or ``trust_native=True``.
 
     >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
     >>> bundle["decoder"](hidden, targets)
@@ -319,22 +425,26 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
 
     load_libraries(list(libraries))
     import_modules(list(imports))
+    from .sandbox import SandboxConfig
+    from .trust import establish_trust, load_policy
+
+    settings = Settings.resolve()
+    policy = load_policy(settings.home)
     if isinstance(source, MaterializedBundle):
-        src = source
+        src = establish_trust(source, policy, is_file=source.name is None)
     else:
-        settings = Settings.resolve()
         text = os.fspath(source)
         if isinstance(source, os.PathLike) or looks_like_file(text):
-            src = materialize_file(text, cache_dir or settings.cache_dir)
+            src = establish_trust(materialize_file(text, cache_dir or settings.cache_dir), policy, is_file=True)
         else:
             from .client import Registry
 
-            src = Registry(settings).materialize(text)
-    if require_signature:  # before anything is deserialized
-        from .signing import require_signature as check_signature
-
-        check_signature(src, require_signature)
-    return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs)
+            src = Registry(settings).materialize(text)  # enforces the trust policy itself
+    # before anything is deserialized
+    src = establish_trust(src, None, require_signature=require_signature)
+    sandbox = SandboxConfig.from_env(cache_dir or settings.cache_dir, imports=imports, libraries=libraries)
+    return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
+                       trust_native=trust_native, sandbox=sandbox)
 
 
 def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:

@@ -20,7 +20,8 @@ from typing import Any, Iterable
 
 from .errors import NotFoundError, SignatureError, UsageError
 
-__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of"]
+__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of",
+           "public_key_from_pem", "valid_signer"]
 
 _DOMAIN = b"pt2-registry/bundle/v1\n"
 ALGORITHM = "ed25519"
@@ -136,6 +137,47 @@ def _load_public(path: str | os.PathLike) -> Any:
     if not isinstance(key, Ed25519PublicKey):
         raise UsageError(f"{path} is not an Ed25519 public key")
     return key
+
+
+def public_key_from_pem(data: bytes, what: str) -> Any:
+    """An Ed25519 public key from PEM bytes (a `.pub` file's content, or the same text inline in
+    a trust policy); UsageError (exit 2) naming ``what`` otherwise."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{what} is not a PEM public key") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise UsageError(f"{what} is not an Ed25519 public key")
+    return key
+
+
+def valid_signer(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]) -> tuple[str | None, str]:
+    """(key id of the first of ``keys`` (key id -> public key) with a valid signature over
+    ``digest``, or None with why not). Never raises for a bad signature: the caller decides."""
+    from cryptography.exceptions import InvalidSignature
+
+    sigs = [s for s in signatures if isinstance(s, dict)]
+    bad = ""
+    for s in sigs:
+        key = keys.get(str(s.get("key_id")))
+        if key is None or s.get("algorithm") != ALGORITHM:
+            continue
+        if s.get("digest") not in (None, digest):
+            bad = f"its signature by {str(s['key_id'])[:19]}... is for another digest"
+            continue
+        try:
+            key.verify(base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
+            return str(s["key_id"]), ""
+        except (InvalidSignature, ValueError):
+            bad = f"its signature by {str(s['key_id'])[:19]}... is invalid"
+    if bad:
+        return None, bad
+    if not sigs:
+        return None, "it is not signed"
+    return None, "it carries no signature by any of them"
 
 
 def sign_digest(key_path: str | os.PathLike, digest: str) -> dict[str, str]:

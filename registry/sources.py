@@ -131,6 +131,9 @@ class MaterializedBundle:
     label: str = ""
     name: str | None = None
     version: int | None = None
+    #: key ids of trusted keys (the trust policy's, or ``--require-signature``) whose signature
+    #: over this digest verified; non-empty allows AOTInductor variants and skips the sandbox.
+    trusted_signers: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:

@@ -150,25 +150,32 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model") 
 
 
 def restore_guards(ep: Any) -> Any:
-    """Make ``ep.module()`` enforce the program's export guards again.
+    """Enforce the program's export guards with the registry's own checker, never torch's.
 
-    torch installs its guard check (``_guards_code``, e.g. ``trunc(0.5*x.size(0)) == 4``) only
-    when the program carries example inputs, and bundled programs carry none (torch's pickled
-    example inputs are emptied). The guards need only the inputs' structure, so the program's
-    own placeholder metadata (fake tensors) stands in for them. Without this, an input the
-    program was never valid for would run and give wrong numbers with exit 0.
+    torch turns ``_guards_code`` (strings from the file, e.g. ``trunc(0.5*x.size(0)) == 4``)
+    into a function it ``exec()``s inside ``ep.module()`` when the program carries example
+    inputs: code of the file's choosing. Here the strings are parsed by
+    ``registry.pt2.guards`` (a closed single-expression grammar, already checked when the graph
+    was read), torch's copy is emptied and the example inputs cleared, so torch builds no guard
+    function; the module ``ep.module()`` returns carries the parsed guards as
+    ``_registry_guards`` and ``LoadedProgram`` checks them on every call before the graph runs.
     """
-    if getattr(ep, "example_inputs", None) or not getattr(ep, "_guards_code", None):
-        return ep
-    from torch.utils._pytree import tree_unflatten
+    from .pt2.guards import GuardError, compile_guards
 
     try:
-        users = set(ep.graph_signature.user_inputs)
-        vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in users]
-        args, kwargs = tree_unflatten(vals, ep.call_spec.in_spec)
-        ep.example_inputs = (tuple(args), dict(kwargs))
-    except Exception:  # a structure torch cannot rebuild: the range checks still apply
-        pass
+        guards = compile_guards(list(getattr(ep, "_guards_code", None) or []))
+    except GuardError as exc:  # the reader refuses these first; kept for defense in depth
+        raise IntegrityError(f"program guards refused: {exc}") from exc
+    ep._guards_code = []
+    ep.example_inputs = None
+    make_module = ep.module
+
+    def module(*args: Any, **kwargs: Any) -> Any:
+        gm = make_module(*args, **kwargs)
+        gm._registry_guards = guards
+        return gm
+
+    ep.module = module
     return ep
 
 

@@ -1,4 +1,12 @@
 """Test plugins: tiny exported models, and the real services of the integration tier."""
+import os
+
+# The first-load sandbox (registry/sandbox.py) starts a torch subprocess per new program digest
+# (~2 s each): off for the suite (and the CLI subprocesses it starts), on in the tests about it
+# (tests/integration/test_trust_sandbox.py). A developer's own trust policy must not leak in.
+os.environ["PT2REG_SANDBOX"] = "off"
+os.environ.pop("PT2REG_TRUST", None)
+
 pytest_plugins = [
     "tests.fixtures_pt2",
     "tests.services_pg",

@@ -78,9 +78,44 @@ def pt2_with_pickled_weight(src: Path, dest: Path, marker: Path) -> Path:
                                    f"data/weights/{first['path_name']}": evil_pickle(marker)})
 
 
-def bundle_with_raw_member(good: Path, dest: Path, member: str, data: bytes) -> Path:
-    """A well-formed bundle (all digests consistent) whose program member is ``data`` as is,
-    i.e. not normalized by our bundler: what an attacker would hand over."""
+def canonical_pt2_bytes(data: bytes) -> bytes:
+    """``data`` (a .pt2) rewritten in the bundler's canonical layout with its content kept,
+    hostile members included: root ``archive/``, no per-save id, JSON members that parse
+    re-serialized canonically. An attacker can do this too, so the loader's content checks
+    must hold on such members, not only its layout checks."""
+    from registry.digests import canonical_json
+
+    src = io.BytesIO(data)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "in.pt2"
+        path.write_bytes(data)
+        entries = read_entries(path)
+        out = io.BytesIO()
+        w = DeterministicZipWriter(out)
+        for name, entry in entries.items():
+            rel = name.split("/", 1)[1]
+            if rel == ".data/serialization_id":
+                continue
+            with open_entry(path, entry) as f:
+                raw = f.read()
+            if rel.endswith(".json"):
+                try:
+                    raw = canonical_json(json.loads(raw))
+                except ValueError:
+                    pass
+            w.write_bytes(f"archive/{rel}", raw)
+        w.close()
+    del src
+    return out.getvalue()
+
+
+def bundle_with_raw_member(good: Path, dest: Path, member: str, data: bytes, *, canonical: bool = True) -> Path:
+    """A well-formed bundle (all digests consistent) whose program member is ``data``; with
+    ``canonical`` (the default) laid out as the bundler would (``canonical_pt2_bytes``), else as
+    is: both are what an attacker could hand over."""
+    if canonical:
+        data = canonical_pt2_bytes(data)
     src = BundleFile.open(good)
     raw = src.manifest.to_json()
     for m in raw["members"]:

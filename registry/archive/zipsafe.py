@@ -22,7 +22,8 @@ from typing import IO, BinaryIO, Iterator
 from ..constants import CHUNK_SIZE, MAX_MEMBER_BYTES, MAX_MEMBERS
 from ..errors import NotFoundError, UnsafeArchiveError
 
-__all__ = ["ZipEntry", "read_entries", "check_member_name", "open_entry", "read_entry_bytes"]
+__all__ = ["ZipEntry", "read_entries", "read_canonical_entries", "check_member_name", "open_entry",
+           "read_entry_bytes"]
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -180,3 +181,166 @@ def iter_entry_chunks(path: str | os.PathLike, entry: ZipEntry) -> Iterator[byte
             if not data:
                 return
             yield data
+
+
+# ---------------------------------------------------------------------------------------------
+# Canonical zips: the only layout torch is ever handed.
+#
+# Python's zipfile and torch's reader (miniz) find members differently: zipfile locates the end
+# record by scanning back over a comment and shifts every offset by any data prepended to the
+# archive; miniz does neither, and it looks names up without regard to case. A program member
+# is therefore accepted only in the exact layout DeterministicZipWriter produces: the first
+# local header at offset 0, each member's header exactly the bytes the writer would write for
+# its name, size and CRC, members back to back with no gap, the central directory right after
+# the last member, the end record (zip64 when needed) closing the file with no comment. In that
+# layout there is one way to read the archive, so both readers see the same members.
+
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_CENTRAL_MAGIC = b"PK\x01\x02"
+_EOCD = struct.Struct("<4s4H2LH")
+_EOCD_MAGIC = b"PK\x05\x06"
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_EOCD64_MAGIC = b"PK\x06\x06"
+_LOCATOR = struct.Struct("<4sLQL")
+_LOCATOR_MAGIC = b"PK\x06\x07"
+
+
+def _not_canonical(where: str, what: str, member: str | None = None) -> UnsafeArchiveError:
+    return UnsafeArchiveError(f"{where}: not a canonical program archive: {what}", member=member,
+                              hint="program members are written by `pt2reg bundle`; rebuild the bundle "
+                                   "with it (an edited or foreign zip is never handed to torch)")
+
+
+def _read_exact(fp: BinaryIO, pos: int, n: int) -> bytes:
+    fp.seek(pos)
+    return fp.read(n)
+
+
+def _end_record(fp: BinaryIO, start: int, end: int, where: str) -> tuple[int, int, int, int]:
+    """(entry count, central directory offset, its size, where the end records begin), all
+    relative to ``start``; the end records must close the span exactly."""
+    raw = _read_exact(fp, end - _EOCD.size, _EOCD.size) if end - start >= _EOCD.size else b""
+    if len(raw) != _EOCD.size or raw[:4] != _EOCD_MAGIC:
+        raise _not_canonical(where, "the end-of-archive record is not at the end of the file "
+                                    "(trailing data, an archive comment, or not a zip)")
+    _m, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment = _EOCD.unpack(raw)
+    if comment or disk or cd_disk or n_disk != n_total:
+        raise _not_canonical(where, "the end-of-archive record has a comment or spans disks")
+    tail = end - _EOCD.size
+    if 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
+        loc = _read_exact(fp, tail - _LOCATOR.size, _LOCATOR.size)
+        if len(loc) != _LOCATOR.size or loc[:4] != _LOCATOR_MAGIC:
+            raise _not_canonical(where, "zip64 end locator missing")
+        _m, ldisk, rec_offset, disks = _LOCATOR.unpack(loc)
+        tail -= _LOCATOR.size
+        if ldisk or disks != 1 or rec_offset != tail - _EOCD64.size - start:
+            raise _not_canonical(where, "zip64 end record is not right before its locator")
+        rec = _read_exact(fp, tail - _EOCD64.size, _EOCD64.size)
+        if len(rec) != _EOCD64.size or rec[:4] != _EOCD64_MAGIC:
+            raise _not_canonical(where, "zip64 end record missing")
+        _m, rec_size, _made, _need, d1, d2, n_disk, n_total, cd_size, cd_offset = _EOCD64.unpack(rec)
+        if rec_size != _EOCD64.size - 12 or d1 or d2 or n_disk != n_total:
+            raise _not_canonical(where, "zip64 end record is malformed")
+        tail -= _EOCD64.size
+    if cd_offset + cd_size != tail - start:
+        raise _not_canonical(where, "data between the central directory and the end record, or "
+                                    "data prepended to the archive")
+    return n_total, cd_offset, cd_size, tail
+
+
+def _central_entries(fp: BinaryIO, start: int, cd_offset: int, cd_size: int, count: int,
+                     where: str) -> list[tuple[str, int, int, int, int]]:
+    """(name, crc, size, header offset, flags) of each central-directory entry, in order."""
+    raw = _read_exact(fp, start + cd_offset, cd_size)
+    if len(raw) != cd_size:
+        raise _not_canonical(where, "truncated central directory")
+    out, pos = [], 0
+    for _ in range(count):
+        if pos + _CENTRAL.size > len(raw) or raw[pos:pos + 4] != _CENTRAL_MAGIC:
+            raise _not_canonical(where, "malformed central directory")
+        (_m, _made, system, _need, _nsys, flags, method, _t, _d, crc, csize, usize, nlen, xlen,
+         clen, disk, iattr, eattr, offset) = _CENTRAL.unpack_from(raw, pos)
+        name_raw = raw[pos + _CENTRAL.size:pos + _CENTRAL.size + nlen]
+        extra = raw[pos + _CENTRAL.size + nlen:pos + _CENTRAL.size + nlen + xlen]
+        try:
+            name = name_raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise _not_canonical(where, f"member name {name_raw[:60]!r} is not ASCII") from None
+        if clen or disk or iattr or eattr != 0o644 << 16 or system != 3 or method or flags:
+            raise _not_canonical(where, f"member {name!r} has non-canonical attributes", name)
+        if 0xFFFFFFFF in (csize, usize, offset):
+            usize, csize, offset = _zip64_sizes(extra, usize, csize, offset, name, where)
+        if csize != usize:
+            raise _not_canonical(where, f"member {name!r} is compressed", name)
+        out.append((name, crc, usize, offset, flags))
+        pos += _CENTRAL.size + nlen + xlen
+    if pos != len(raw):
+        raise _not_canonical(where, "data inside the central directory")
+    return out
+
+
+def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int, name: str, where: str
+                 ) -> tuple[int, int, int]:
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, n = struct.unpack_from("<HH", extra, pos)
+        body = extra[pos + 4:pos + 4 + n]
+        if tag == 1:
+            values = list(struct.unpack_from(f"<{len(body) // 8}Q", body))
+            if usize == 0xFFFFFFFF:
+                usize = values.pop(0)
+            if csize == 0xFFFFFFFF:
+                csize = values.pop(0)
+            if offset == 0xFFFFFFFF:
+                offset = values.pop(0)
+            return usize, csize, offset
+        pos += 4 + n
+    raise _not_canonical(where, f"member {name!r} lacks its zip64 sizes", name)
+
+
+def read_canonical_entries(path: str | os.PathLike, *, where: str | None = None, offset: int = 0,
+                           size: int | None = None, max_members: int = MAX_MEMBERS
+                           ) -> dict[str, ZipEntry]:
+    """The members of a zip in the writer's canonical layout, else ``UnsafeArchiveError``.
+
+    The zip may be a span ``[offset, offset+size)`` of a larger file (a program member read in
+    place inside its bundle); returned offsets are absolute in ``path``.
+    """
+    from .zipwrite import local_header
+
+    where = where or str(path)
+    try:
+        with open(path, "rb") as fp:
+            end = offset + (size if size is not None else os.fstat(fp.fileno()).st_size - offset)
+            count, cd_offset, cd_size, _tail = _end_record(fp, offset, end, where)
+            if count > max_members:
+                raise UnsafeArchiveError(f"{where}: {count} members exceeds the limit of {max_members}")
+            entries: dict[str, ZipEntry] = {}
+            folded: set[str] = set()
+            pos = 0
+            for name, crc, usize, header_offset, _flags in _central_entries(fp, offset, cd_offset, cd_size,
+                                                                            count, where):
+                check_member_name(name, where=where)
+                if name in entries or name.casefold() in folded:
+                    raise UnsafeArchiveError(f"{where}: duplicate member {name!r} (names are compared "
+                                             f"without case, as torch's reader does)", member=name)
+                if usize > MAX_MEMBER_BYTES:
+                    raise UnsafeArchiveError(f"{where}: member {name!r} has an impossible size", member=name)
+                if header_offset != pos:
+                    what = "data before the first member" if pos == 0 else f"a gap or overlap before {name!r}"
+                    raise _not_canonical(where, what, name)
+                want = local_header(name, usize, crc, header_offset)
+                if _read_exact(fp, offset + pos, len(want)) != want:
+                    raise _not_canonical(where, f"the local header of {name!r} is not the canonical one "
+                                                f"(name, flags, sizes or padding differ)", name)
+                data = pos + len(want)
+                entries[name] = ZipEntry(name, usize, crc, offset + header_offset, offset + data)
+                folded.add(name.casefold())
+                pos = data + usize
+            if pos != cd_offset:
+                raise _not_canonical(where, "data between the last member and the central directory")
+            return entries
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"{where}: no such file", what="file", name=str(path)) from exc
+    except OSError as exc:
+        raise UnsafeArchiveError(f"{where}: cannot read: {exc}") from exc

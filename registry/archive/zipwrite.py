@@ -13,11 +13,43 @@ from typing import IO, BinaryIO
 
 from ..constants import CHUNK_SIZE
 
-__all__ = ["DeterministicZipWriter", "ALIGNMENT"]
+__all__ = ["DeterministicZipWriter", "ALIGNMENT", "member_info", "local_header", "uses_zip64", "PAD_TAG"]
 
 ALIGNMENT = 64
-_PAD_TAG = 0xCAFE  # an extra-field id that readers skip; carries only alignment padding
+PAD_TAG = 0xCAFE  # an extra-field id that readers skip; carries only alignment padding
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def uses_zip64(size: int) -> bool:
+    """Whether zipfile writes a member of ``size`` bytes with zip64 size fields (it does from
+    1/1.05 of the limit on, for the room compression could need)."""
+    return size >= zipfile.ZIP64_LIMIT or size * 1.05 > zipfile.ZIP64_LIMIT
+
+
+def member_info(name: str, size: int, offset: int) -> zipfile.ZipInfo:
+    """The ZipInfo this writer uses for a member of ``size`` bytes whose local header starts at
+    ``offset``: fixed date and attributes, an extra field padding the data to ``ALIGNMENT``."""
+    info = zipfile.ZipInfo(name, date_time=_FIXED_DATE)
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    info.create_system = 3
+    info.file_size = size
+    # local header = 30 + len(name) + len(extra) (+20 for the zip64 extra zipfile appends)
+    base = offset + 30 + len(name.encode("utf-8")) + (20 if uses_zip64(size) else 0)
+    pad = (-(base + 4)) % ALIGNMENT
+    info.extra = struct.pack("<HH", PAD_TAG, pad) + b"\x00" * pad
+    return info
+
+
+def local_header(name: str, size: int, crc: int, offset: int) -> bytes:
+    """The exact local-header bytes this writer leaves at ``offset`` for a member (zipfile
+    writes the header, the data, then the header again with the CRC and sizes)."""
+    info = member_info(name, size, offset)
+    info.compress_size = size
+    info.CRC = crc
+    info.flag_bits = 0
+    info.header_offset = offset
+    return info.FileHeader(uses_zip64(size))
 
 
 class DeterministicZipWriter:
@@ -36,18 +68,7 @@ class DeterministicZipWriter:
         if name in self._names:
             raise ValueError(f"duplicate member {name!r}")
         self._names.add(name)
-        info = zipfile.ZipInfo(name, date_time=_FIXED_DATE)
-        info.compress_type = zipfile.ZIP_STORED
-        info.external_attr = 0o644 << 16
-        info.create_system = 3
-        info.file_size = size
-        zip64 = size >= zipfile.ZIP64_LIMIT
-        # local header = 30 + len(name) + len(extra) (+20 for the zip64 extra zipfile appends)
-        offset = self._fp.tell()
-        base = offset + 30 + len(name.encode("utf-8")) + (20 if zip64 else 0)
-        pad = (-(base + 4)) % ALIGNMENT
-        info.extra = struct.pack("<HH", _PAD_TAG, pad) + b"\x00" * pad
-        return info
+        return member_info(name, size, self._fp.tell())
 
     def write_stream(self, name: str, src: IO[bytes], size: int) -> None:
         info = self._info(name, size)

@@ -11,6 +11,7 @@ Layout under the root directory::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import tempfile
@@ -60,17 +61,19 @@ class LocalBlobStore:
                  length: int | None = None, progress: ProgressFn | None = None) -> bool:
         """Store bytes ``[offset, offset+length)`` of ``path``, hashing them in the same pass.
 
-        Returns False (and reads nothing) when the blob is already stored.
+        Returns False (and reads nothing of ``path``) when the blob is already stored intact:
+        a stored file is trusted only after it hashes to its name, else it is replaced.
         """
-        if self.exists(digest):
-            return False
         with open_range(path, offset, length) as (src, length):
+            if self._intact(digest, length):
+                return False
             return self._write(VerifyingReader(src, digest, size=length), digest, progress)
 
     def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
                    progress: ProgressFn | None = None) -> bool:
-        """Store ``size`` bytes of ``fp`` (or all of it), hashing while writing."""
-        if self.exists(digest):
+        """Store ``size`` bytes of ``fp`` (or all of it), hashing while writing (a stored copy
+        is kept only when it hashes to ``digest``)."""
+        if self._intact(digest, size):
             return False
         return self._write(VerifyingReader(fp, digest, size=size), digest, progress)
 
@@ -89,12 +92,11 @@ class LocalBlobStore:
             progress(repeated)
 
         def one(part: Part) -> tuple[int, int]:
-            try:  # a stored copy of the wrong size is damaged: replace it rather than trust it
-                if self.stat(part.digest).size != part.size:
-                    self.delete(part.digest)
-            except NotFoundError:
-                pass
-            if self.put_file(path, part.digest, offset=part.offset, length=part.size, progress=progress):
+            # a stored copy is trusted only once it hashes to its name (same size is not enough:
+            # a planted or damaged file is replaced, atomically, by the verified upload)
+            if not self._intact(part.digest, part.size):
+                with open_range(path, part.offset, part.size) as (src, n):
+                    self._write(VerifyingReader(src, part.digest, size=n), part.digest, progress)
                 return part.size, 0
             check_range(path, part)
             if progress is not None:
@@ -170,6 +172,20 @@ class LocalBlobStore:
     def exists(self, digest: str) -> bool:
         """True when the blob is stored."""
         return self._path(digest).is_file()
+
+    def _intact(self, digest: str, size: int | None = None) -> bool:
+        """True when the blob is stored with ``size`` bytes (if given) that hash to ``digest``:
+        what a push may skip. Costs one read of the stored file."""
+        try:
+            with open(self._path(digest), "rb") as f:
+                if size is not None and os.fstat(f.fileno()).st_size != size:
+                    return False
+                hasher = hashlib.sha256()
+                for chunk in iter_chunks(f):
+                    hasher.update(chunk)
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+        return hasher.hexdigest() == digest.split(":", 1)[1]
 
     def stat(self, digest: str) -> BlobInfo:
         """Size and mtime; ``NotFoundError`` if missing."""

@@ -106,9 +106,10 @@ class S3BlobStore:
                  length: int | None = None, progress: ProgressFn | None = None) -> bool:
         """Upload bytes ``[offset, offset+length)`` of ``path``; verified before it completes.
 
-        Returns False (and uploads nothing) when the blob is already stored.
+        Returns False (and uploads nothing) when the blob is already stored intact (its stored
+        ``ChecksumSHA256`` is this digest; anything else is replaced).
         """
-        if self.exists(digest):
+        if self._checksum_state(digest, length) is True:
             return False
         with open_range(path, offset, length) as (src, length):
             self._upload(VerifyingReader(src, digest, size=length), digest, length, progress)
@@ -116,8 +117,9 @@ class S3BlobStore:
 
     def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
                    progress: ProgressFn | None = None) -> bool:
-        """Upload ``size`` bytes of ``fp`` (or all of it) in bounded parts, hashing on the way."""
-        if self.exists(digest):
+        """Upload ``size`` bytes of ``fp`` (or all of it) in bounded parts, hashing on the way
+        (a stored copy is kept only when its ``ChecksumSHA256`` is this digest)."""
+        if self._checksum_state(digest, size) is True:
             return False
         self._upload(VerifyingReader(fp, digest, size=size), digest, size, progress)
         return True
@@ -138,9 +140,17 @@ class S3BlobStore:
         manager, inflight = self._transfer_manager(), _Inflight()
 
         def one(part: Part) -> tuple[int, int]:
-            # stored with the right size: skipped (a damaged copy of another size is replaced)
-            if self._stored_size(part.digest) == part.size:
+            # skipped only when the stored object provably holds these bytes (its SHA-256
+            # checksum, kept by S3, is the digest); same size is not enough: a planted or
+            # damaged object is replaced
+            state = self._checksum_state(part.digest, part.size)
+            if state is True:
                 check_range(path, part)
+            elif state and _composite_of_range(path, part, state[1]) == state[0]:
+                pass  # multipart: its per-part SHA-256s match the verified local bytes
+            else:
+                state = None
+            if state is not None:
                 if progress is not None:
                     progress(part.size)
                 return 0, part.size
@@ -160,9 +170,17 @@ class S3BlobStore:
         # A known size spares s3transfer from buffering a whole threshold's worth of an
         # unseekable stream just to decide between PutObject and a multipart upload.
         subscribers = _subscribers(progress) + ([_KnownSize(size)] if size is not None else [])
+        # S3 keeps a SHA-256 of every object, so a later push can tell a stored copy holds these
+        # bytes without reading it. One PUT: the digest *is* that checksum, sent for the server
+        # to check and keep (no second hash here). Multipart: per-part SHA-256s, which S3 keeps
+        # as a composite ("<b64>-<parts>", see _composite_of_range).
+        if size is not None and size < self._transfer_config.multipart_threshold:
+            extra = {"ChecksumSHA256": _b64_digest(digest), "ChecksumAlgorithm": "SHA256"}
+        else:
+            extra = {"ChecksumAlgorithm": "SHA256"}
         try:
             with contextlib.nullcontext(manager) if manager else self._transfer_manager() as tm:
-                future = tm.upload(reader, self.bucket, key, subscribers=subscribers)
+                future = tm.upload(reader, self.bucket, key, extra_args=extra, subscribers=subscribers)
                 with inflight.track(future) if inflight else contextlib.nullcontext():
                     future.result()
         except RegistryError:
@@ -182,13 +200,41 @@ class S3BlobStore:
             return False
         return True
 
-    def _stored_size(self, digest: str) -> int | None:
+    def _checksum_state(self, digest: str, size: int | None) -> bool | tuple[str, int] | None:
+        """What the store holds under ``digest``: True when it provably is those bytes (size
+        matches and its stored full-object ``ChecksumSHA256`` is the digest); ``(composite
+        checksum, part size)`` for a multipart object, to compare with the local bytes
+        (:func:`_composite_of_range`); None when missing, of another size, or without a usable
+        SHA-256 (uploaded by something else, or before checksums were stored): then it is
+        uploaded again, which replaces it and stores the checksum. Both moto and SeaweedFS keep
+        and return these checksums (tests/unit/test_blobs_s3_moto.py, test_store_integrity.py).
+        """
+        key = self._key(digest)
         try:
-            return self._stat(digest).size
-        except NotFoundError as exc:
-            if exc.what == "bucket":
-                raise
+            head = self._s3().head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        except (ClientError, BotoCoreError) as exc:
+            err = self._error(exc, "stat", digest)
+            if isinstance(err, NotFoundError) and err.what != "bucket":
+                return None
+            raise err from exc
+        if size is not None and head["ContentLength"] != size:
             return None
+        checksum = head.get("ChecksumSHA256") or ""
+        if checksum == _b64_digest(digest):
+            return True
+        base, dash, parts = checksum.rpartition("-")
+        if not dash:  # moto leaves the part count out of a composite; the ETag has it
+            base, parts = checksum, str(head.get("ETag", "")).strip('"').rpartition("-")[2]
+        if not (base and parts.isdigit()) or size is None:
+            return None
+        try:
+            first = self._s3().head_object(Bucket=self.bucket, Key=key, PartNumber=1)
+        except (ClientError, BotoCoreError):
+            return None
+        part_size = int(first["ContentLength"])
+        if part_size <= 0 or -(-size // part_size) != int(parts):
+            return None
+        return f"{base}-{int(parts)}", part_size
 
     def stat(self, digest: str) -> BlobInfo:
         """Size and mtime (LastModified); ``NotFoundError`` if the blob or the bucket is missing."""
@@ -471,6 +517,42 @@ class _Progress(BaseSubscriber):
 
 def _subscribers(progress: ProgressFn | None) -> list[BaseSubscriber]:
     return [_Progress(progress)] if progress is not None else []
+
+
+def _b64_digest(digest: str) -> str:
+    """The base64 form S3 uses for a SHA-256 (``ChecksumSHA256``) of a ``sha256:<hex>`` digest."""
+    import base64
+
+    return base64.b64encode(bytes.fromhex(digest.split(":", 1)[1])).decode("ascii")
+
+
+def _composite_of_range(path: str | os.PathLike, part: Part, part_size: int) -> str:
+    """S3's composite ``ChecksumSHA256`` of a multipart object holding ``part``'s bytes of
+    ``path`` uploaded in ``part_size`` parts (base64 of the SHA-256 of the parts' raw
+    SHA-256s, then ``-<parts>``). The range is verified against ``part.digest`` in the same
+    read (IntegrityError otherwise), so a match proves the stored object is these bytes."""
+    import base64
+    import hashlib
+
+    digests = []
+    with open_range(path, part.offset, part.size) as (src, n):
+        reader = VerifyingReader(src, part.digest, size=n)
+        while True:
+            hasher, left = hashlib.sha256(), part_size
+            while left:
+                data = reader.read(min(left, 1 << 20))
+                if not data:
+                    break
+                hasher.update(data)
+                left -= len(data)
+            if left == part_size:
+                break
+            digests.append(hasher.digest())
+            if left:
+                break
+        reader.read(1)  # EOF: the whole range's digest is checked now
+    whole = hashlib.sha256(b"".join(digests)).digest()
+    return f"{base64.b64encode(whole).decode('ascii')}-{len(digests)}"
 
 
 def _retry_config() -> dict:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from ..errors import RegistryError, brief
+from .render import clean  # control characters in an error never reach the terminal raw
 
 __all__ = ["App", "RegistryGroup", "pass_app", "emit_json", "warn", "info", "transfer_progress",
            "parse_key_values"]
@@ -46,7 +47,7 @@ class RegistryGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RegistryError as exc:
-            click.echo(f"error: {exc.one_line()}", err=True)
+            click.echo(f"error: {clean(exc.one_line())}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
@@ -61,7 +62,7 @@ class RegistryGroup(click.Group):
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("PT2REG_DEBUG"):
                 raise
-            click.echo(f"error: unexpected {type(exc).__name__}: {brief(exc)} (set PT2REG_DEBUG=1 for a "
+            click.echo(f"error: unexpected {type(exc).__name__}: {clean(brief(exc))} (set PT2REG_DEBUG=1 for a "
                        f"traceback, and please report it)", err=True)
             ctx.exit(1)
 
@@ -88,7 +89,7 @@ def emit_json(value: Any) -> None:
 
 
 def warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    click.echo(f"warning: {clean(message)}", err=True)
 
 
 def info(message: str) -> None:

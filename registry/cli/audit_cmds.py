@@ -71,8 +71,8 @@ def _print_tree(root: Any, nodes: list[Any], descendants: bool) -> None:
 
     def label(n: Any) -> str:
         extra = f" [{', '.join(sorted(n.aliases))}]" if n.aliases else ""
-        status = f" ({n.status})" if n.status != "active" else ""
-        return f"[bold]{esc(n.ref)}[/bold]{esc(extra)}{status} {n.digest[:19]}..."
+        status = f" ({esc(n.status)})" if n.status != "active" else ""
+        return f"[bold]{esc(n.ref)}[/bold]{esc(extra)}{status} {esc(n.digest[:19])}..."
 
     def add(tree: Any, n: Any, depth: int, path: set[str]) -> None:
         for e in n.edges:
@@ -120,7 +120,8 @@ def lineage(app: App, ref: str | None, descendants: bool, dataset: str | None, a
             table = Table("version", "digest", "how", "aliases now", "status", box=None, header_style="bold")
             for n in nodes:
                 how = "direct" if n.depth == 0 else f"derived ({n.depth} step{'s' if n.depth > 1 else ''})"
-                table.add_row(esc(n.ref), n.digest[:19] + "...", how, esc(", ".join(sorted(n.aliases)) or "-"), n.status)
+                table.add_row(esc(n.ref), esc(n.digest[:19]) + "...", how, esc(", ".join(sorted(n.aliases)) or "-"),
+                              esc(n.status))
             console().print(table)
         return
     root, nodes = reg.lineage(ref, descendants=descendants)
@@ -177,6 +178,8 @@ def audit(app: App, model: str | None, since: str | None, verify: bool, as_json:
     table = Table("seq", "time", "actor", "action", "ref", "digest", "details", box=None, header_style="bold")
     for e in events:
         ref = e.ref or (f"{e.model}@{e.version}" if e.model and e.version else e.model or "")
-        table.add_row(str(e.seq), str(e.ts)[:19], esc(e.actor), e.action, esc(ref),
-                      (e.digest or "")[:19], esc(", ".join(f"{k}={v}" for k, v in (e.details or {}).items())))
+        table.add_row(str(e.seq), str(e.ts)[:19], esc(e.actor), esc(e.action), esc(ref),
+                      esc((e.digest or "")[:19]),
+                      # "fields" (a hash the chain keeps for --verify) is in --json, not here
+                      esc(", ".join(f"{k}={v}" for k, v in (e.details or {}).items() if k != "fields")))
     console().print(table)

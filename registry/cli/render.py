@@ -1,9 +1,10 @@
 """Human views (rich tables) of manifests, versions and reports. Pure formatting."""
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
-__all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc"]
+__all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean"]
 
 
 def console(stderr: bool = False) -> Any:
@@ -16,10 +17,25 @@ def console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
+#: characters that must never reach a terminal raw from a manifest or the database: C0/C1
+#: controls (ESC starts ANSI sequences, CR overwrites a line, LF forges one), DEL, and the
+#: bidirectional overrides that reorder what is shown
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: Any) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ``\\r``,
+    ``\\n``), so a hostile string can neither drive the terminal nor forge a line."""
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
 def esc(text: Any) -> str:
+    """Text from a manifest, a target file or the database, made safe for rich: control
+    characters shown as escapes and rich markup (``[bold red]``, an unbalanced ``[/x]``)
+    printed literally. Every such string goes through this before it reaches a console."""
     from rich.markup import escape
 
-    return escape(str(text))
+    return escape(clean(text))
 
 
 def format_size(n: int | None) -> str:
@@ -52,50 +68,53 @@ def print_bundle(view: Mapping[str, Any]) -> None:
     from rich.table import Table
 
     out = console()
-    title = f"[bold]{esc(view.get('ref') or view.get('path'))}[/bold]  {view['digest']}"
+    title = f"[bold]{esc(view.get('ref') or view.get('path'))}[/bold]  {esc(view['digest'])}"
     out.print(title)
-    out.print(f"format {view['format']}, {len(view['programs'])} program(s), "
+    out.print(f"format {esc(view['format'])}, {len(view['programs'])} program(s), "
               f"{len(view['members'])} member(s), {format_size(view['size'])}")
     for name, prog in view["programs"].items():
-        variants = ", ".join(v["id"] for v in prog["variants"])
+        variants = esc(", ".join(str(v["id"]) for v in prog["variants"]))
         ser = prog["serialization"]
-        out.print(f"\n[bold]program {name}[/bold]  variants: {variants}  "
-                  f"(torch {ser['torch_version']}, serde {ser['schema_version'][0]}.{ser['schema_version'][1]})")
+        out.print(f"\n[bold]program {esc(name)}[/bold]  variants: {variants}  "
+                  f"(torch {esc(ser['torch_version'])}, serde {esc(ser['schema_version'][0])}."
+                  f"{esc(ser['schema_version'][1])})")
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "name", "where", "dtype", "shape"):
             table.add_column(col)
         for i in prog["inputs"]:
-            table.add_row("in", esc(i["name"]), esc(i.get("path", "")), i["dtype"], esc(format_shape(i["shape"])))
+            table.add_row("in", esc(i["name"]), esc(i.get("path", "")), esc(i["dtype"]), esc(format_shape(i["shape"])))
         for o in prog["outputs"]:
-            table.add_row("out", esc(o["name"]), esc(o.get("path", "")), o["dtype"], esc(format_shape(o["shape"])))
+            table.add_row("out", esc(o["name"]), esc(o.get("path", "")), esc(o["dtype"]), esc(format_shape(o["shape"])))
         out.print(table)
         derived = [c for c in prog["range_constraints"] if "+" in c["expr"] or "*" in c["expr"]]
         if derived:
-            out.print("  derived dims: " + ", ".join(
-                f"{c.get('dim') or c['expr']}:{c['min']}..{'∞' if c['max'] is None else c['max']}" for c in derived))
+            out.print("  derived dims: " + esc(", ".join(
+                f"{c.get('dim') or c['expr']}:{c['min']}..{'∞' if c['max'] is None else c['max']}" for c in derived)))
         if prog["required_ops"]:
-            out.print("  required ops: " + ", ".join(
+            out.print("  required ops: " + clean(", ".join(
                 f"{op['name']}.{op['overload']}" + (f" [{op['schema']}]" if op.get("schema") else " (schema unknown)")
-                for op in prog["required_ops"]), markup=False)
+                for op in prog["required_ops"])), markup=False)
         if prog["torchbind_classes"]:
-            out.print("  torchbind classes: " + ", ".join(prog["torchbind_classes"]))
+            out.print("  torchbind classes: " + esc(", ".join(map(str, prog["torchbind_classes"]))))
         for v in prog["variants"]:
             if v["kind"] == "aoti":
                 t = v.get("target") or {}
-                out.print(f"  AOTInductor {v['id']}: device {t.get('device_key')}, "
-                          f"sm {t.get('compute_capability') or '-'}, {t.get('platform') or '-'} "
-                          f"{t.get('machine') or ''} {t.get('cpu_isa') or ''}".rstrip())
+                out.print(esc(f"  AOTInductor {v['id']}: device {t.get('device_key')}, "
+                              f"sm {t.get('compute_capability') or '-'}, {t.get('platform') or '-'} "
+                              f"{t.get('machine') or ''} {t.get('cpu_isa') or ''}".rstrip()))
     if view["samples"]:
-        out.print("\n[bold]samples[/bold]: " + ", ".join(
-            f"{s['name']} ({s['program']}, rtol {s['rtol']:g}, atol {s['atol']:g})" for s in view["samples"]))
+        out.print("\n[bold]samples[/bold]: " + esc(", ".join(
+            f"{s['name']} ({s['program']}, rtol {s['rtol']:g}, atol {s['atol']:g})" for s in view["samples"])))
     req = view["requirements"]
-    out.print(f"\n[bold]requirements[/bold]: torch {req.get('torch') or 'any'}; devices "
-              f"{', '.join(req.get('device_types') or ['any'])}; hardware dtypes "
-              f"{', '.join(req.get('hardware_dtypes') or []) or 'none'}")
+    out.print("\n[bold]requirements[/bold]: " + esc(
+        f"torch {req.get('torch') or 'any'}; devices "
+        f"{', '.join(req.get('device_types') or ['any'])}; hardware dtypes "
+        f"{', '.join(req.get('hardware_dtypes') or []) or 'none'}"))
     if view["metadata"]:
         out.print("[bold]metadata[/bold]: " + esc(", ".join(f"{k}={v}" for k, v in sorted(view["metadata"].items()))))
     env = view["environment"]
-    out.print(f"[bold]built with[/bold]: python {env.get('python')}, torch {env.get('torch')}, "
-              f"{env.get('platform')}" + (f", CUDA {env['cuda']}" if env.get("cuda") else ""))
+    out.print("[bold]built with[/bold]: " + esc(
+        f"python {env.get('python')}, torch {env.get('torch')}, "
+        f"{env.get('platform')}" + (f", CUDA {env['cuda']}" if env.get("cuda") else "")))
     for w in view.get("warnings", []):
         out.print(f"[yellow]warning[/yellow]: {esc(w)}")

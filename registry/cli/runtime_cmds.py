@@ -15,12 +15,16 @@ import click
 
 from . import cli
 from ._core import App, emit_json, pass_app, warn
+from .render import clean, esc
 
 __all__ = ["target", "verify", "run"]
 
 _IMPORT_HELP = "Import a module that registers custom ops first (repeatable)."
 _LIBRARY_HELP = "Load a compiled custom-op library first (repeatable)."
-_SIGNATURE_HELP = "Require a valid signature by this public key (repeatable)."
+_SIGNATURE_HELP = ("Require a valid signature by this public key (repeatable); a bundle it signed is trusted "
+                   "(its AOTInductor variants may run, no sandbox).")
+_NATIVE_HELP = ("Allow AOTInductor variants (compiled native code) of a bundle no trusted key signed; "
+                "without it they are skipped for the portable program.")
 
 
 def _console() -> Any:
@@ -31,21 +35,31 @@ def _console() -> Any:
 
 
 def _materialize(app: App, source: str) -> Any:
+    """The bundle as verified files, with the trust policy enforced (exit 5 before any load)."""
     from ..errors import NotFoundError
     from ..inspection import looks_like_file
     from ..sources import materialize_file
 
     if looks_like_file(source):
+        from ..trust import establish_trust, load_policy
+
         if not os.path.exists(source):
             raise NotFoundError(f"{source}: no such file", what="file", name=source)
-        return materialize_file(source, app.settings.cache_dir)
+        policy = load_policy(app.settings.home)
+        return establish_trust(materialize_file(source, app.settings.cache_dir), policy, is_file=True)
     return app.registry.materialize(source)
 
 
-def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> None:
-    from ..signing import require_signature
+def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> Any:
+    """``src`` with the ``--require-signature`` keys checked (exit 5) and counted as trusted."""
+    from ..trust import establish_trust
 
-    require_signature(src, list(pubkeys))
+    return establish_trust(src, None, require_signature=pubkeys)
+
+
+def _native_notes(report: Any) -> list[dict[str, Any]]:
+    """The ``native-code`` findings: which AOTInductor variant was skipped or allowed, and why."""
+    return [f.to_json() for f in report.findings if f.code == "native-code"]
 
 
 def _target_for(src: Any, device: str | None, target_file: str | None, imports: tuple[str, ...],
@@ -104,13 +118,13 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
                        ("CUDA", t.cuda_version or "-"), ("ROCm", t.rocm_version or "-"),
                        ("platform", f"{t.platform or '-'} {t.machine or ''}".strip()), ("CPU ISA", t.cpu_isa or "-"),
                        ("TorchBind classes", str(len(t.torchbind_classes)))):
-        table.add_row(key, value)
+        table.add_row(key, esc(value))
     namespaces: dict[str, int] = {}
     for op in t.custom_ops:
         ns = op.split("::", 1)[0]
         namespaces[ns] = namespaces.get(ns, 0) + 1
-    table.add_row("custom ops", f"{len(t.custom_ops)}: " + ", ".join(
-        f"{ns} ({n})" for ns, n in sorted(namespaces.items(), key=lambda kv: (-kv[1], kv[0]))))
+    table.add_row("custom ops", esc(f"{len(t.custom_ops)}: " + ", ".join(
+        f"{ns} ({n})" for ns, n in sorted(namespaces.items(), key=lambda kv: (-kv[1], kv[0])))))
     out.print(table)
 
 
@@ -127,24 +141,29 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
 @click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
 @click.option("--trust-pickle", is_flag=True,
               help="Report pickled members as warnings instead of refusing them (exit 5).")
+@click.option("--trust-native", is_flag=True, help=_NATIVE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with \"compatible\".")
 @pass_app
 def verify(app: App, source: str, device: str | None, target_file: str | None, imports: tuple[str, ...],
-           libraries: tuple[str, ...], pubkeys: tuple[str, ...], trust_pickle: bool, as_json: bool) -> None:
+           libraries: tuple[str, ...], pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool,
+           as_json: bool) -> None:
     """Check that a bundle can run on a target, without loading it; report every finding.
 
     Checks the serializer version, torch requirement, device type, hardware dtypes (bf16/fp8),
     custom ops (registered, same schema, kernel for the device), TorchBind classes, AOTInductor
     targets and baked devices, and picks the variant each program would load; members torch
-    would unpickle are refused. Exit 0 when compatible, 4 when not, 5 for pickled members.
+    would unpickle are refused. AOTInductor variants (native code) are chosen only when a
+    trusted key signed the bundle (trust policy or --require-signature) or with --trust-native;
+    a `native-code` finding says which was skipped. Exit 0 when compatible, 4 when not, 5 for
+    pickled members, a missing trusted signature, or a program with only native variants.
     """
     from ..errors import IncompatibleError, UnsafeArchiveError
     from ..loader import verify_bundle
 
     src = _materialize(app, source)
-    _require_signature(src, pubkeys)
+    src = _require_signature(src, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
-    report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle)
+    report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native)
     if as_json:
         emit_json({**report.to_json(), "digest": src.digest, "device": device or t.device_type,
                    "target": t.summary()})
@@ -153,7 +172,7 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
     if not report.compatible:
         errors = report.errors
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        unsafe = next((f for f in errors if f.code == "pickle"), None)
+        unsafe = next((f for f in errors if f.code in ("pickle", "native-code")), None)
         if unsafe is not None:
             raise UnsafeArchiveError(f"refused: {unsafe.message}{more}", hint=unsafe.fix)
         raise IncompatibleError(f"not compatible: {errors[0].message}{more}", findings=list(report.findings))
@@ -163,21 +182,21 @@ def _print_report(src: Any, t: Any, device: str, report: Any) -> None:
     from rich.table import Table
 
     out = _console()
-    out.print(f"[bold]{src.label or src.digest}[/bold]  {src.digest}")
-    out.print(f"target: {_target_line(t)}; device {device}")
+    out.print(f"[bold]{esc(src.label or src.digest)}[/bold]  {esc(src.digest)}")
+    out.print(f"target: {esc(_target_line(t))}; device {esc(device)}")
     variants = Table(title="variants", title_justify="left", box=None, pad_edge=False, header_style="bold")
     for col in ("program", "variant", "why"):
         variants.add_column(col)
     for name, (vid, why) in report.choices.items():
-        variants.add_row(name, vid or "[red]none[/red]", why)
+        variants.add_row(esc(name), esc(vid) if vid else "[red]none[/red]", esc(why))
     out.print(variants)
     if report.findings:
         table = Table(title="findings", title_justify="left", box=None, pad_edge=False, header_style="bold")
         for col in ("", "code", "program", "finding", "fix"):
             table.add_column(col)
         for f in report.findings:
-            sev = "[red]error[/red]" if f.severity == "error" else "[yellow]warning[/yellow]"
-            table.add_row(sev, f.code, f.program or "-", f.message, f.fix)
+            sev = {"error": "[red]error[/red]", "warning": "[yellow]warning[/yellow]"}.get(f.severity, "[dim]info[/dim]")
+            table.add_row(sev, esc(f.code), esc(f.program or "-"), esc(f.message), esc(f.fix))
         out.print(table)
     verdict = "[green]compatible[/green]" if report.compatible else "[red]not compatible[/red]"
     out.print(f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)")
@@ -206,11 +225,12 @@ def _describe_output(index: int, value: Any) -> dict[str, Any]:
 @click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
 @click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
 @click.option("--trust-pickle", is_flag=True, help="Allow programs whose files hold pickled data.")
+@click.option("--trust-native", is_flag=True, help=_NATIVE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
 def run(app: App, source: str, program: str | None, device: str | None, inputs_file: str | None,
         output_file: str | None, samples: bool, imports: tuple[str, ...], libraries: tuple[str, ...],
-        pubkeys: tuple[str, ...], trust_pickle: bool, as_json: bool) -> None:
+        pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool, as_json: bool) -> None:
     """Verify, load and run a bundle on this machine.
 
     \b
@@ -218,10 +238,14 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     --samples                             self-test on the golden samples
 
     Inputs are checked against the signature before the graph runs (exit 4 naming the input,
-    dim and allowed range). Exit 1 when a sample is outside tolerance.
+    dim and allowed range). Exit 1 when a sample is outside tolerance. AOTInductor variants run
+    only when a trusted key signed the bundle or with --trust-native; the first load of a program
+    no trusted key signed is deserialized in a limited subprocess first (PT2REG_SANDBOX=off
+    skips it), exit 5 if that crashes or runs out of memory or time.
     """
     from ..errors import RegistryError, UsageError
     from ..loader import load_bundle, save_outputs
+    from ..sandbox import SandboxConfig
     from ..target_probe import default_device
 
     if not inputs_file and not samples:
@@ -229,7 +253,7 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     if output_file and not inputs_file:
         raise UsageError("--output needs --inputs")
     src = _materialize(app, source)
-    _require_signature(src, pubkeys)
+    src = _require_signature(src, pubkeys)
     names = list(src.manifest.programs)
     if program is not None and program not in names:
         raise UsageError(f"bundle has no program {program!r}; programs: {', '.join(names)}")
@@ -244,10 +268,14 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
         value = load_inputs_file(inputs_file)
     t = _target_for(src, device, None, imports, libraries)
     device = device or default_device()
+    sandbox = SandboxConfig.from_env(app.settings.cache_dir, imports=imports, libraries=libraries)
     bundle = load_bundle(src, device=device, target=t, trust_pickle=trust_pickle,
-                         programs=[program] if program else None)
+                         programs=[program] if program else None, trust_native=trust_native, sandbox=sandbox)
     doc: dict[str, Any] = {"digest": src.digest, "device": device,
-                           "variants": {n: bundle[n].variant.id for n in bundle}}
+                           "variants": {n: bundle[n].variant.id for n in bundle},
+                           "variant_reasons": {n: bundle.report.choices[n][1] for n in bundle},
+                           "trusted_signers": list(src.trusted_signers),
+                           "native_code": [f for f in _native_notes(bundle.report) if f["program"] in bundle]}
     if value is not None:
         outputs = bundle[program].run(value)  # type: ignore[index]
         if output_file:
@@ -275,17 +303,19 @@ def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
     from rich.table import Table
 
     out = _console()
-    out.print(f"{doc['digest']} on {doc['device']}: " + ", ".join(f"{n} -> {v}" for n, v in doc["variants"].items()))
+    out.print(esc(f"{doc['digest']} on {doc['device']}: " + ", ".join(f"{n} -> {v}" for n, v in doc["variants"].items())))
+    for note in doc.get("native_code", []):
+        out.print(clean(f"note: {note['message']}" + (f"; {note['fix']}" if note.get("fix") else "")), markup=False)
     if "outputs" in doc:
-        table = Table(title=f"outputs of {doc['program']}", title_justify="left", box=None, pad_edge=False,
+        table = Table(title=f"outputs of {esc(doc['program'])}", title_justify="left", box=None, pad_edge=False,
                       header_style="bold")
         for col in ("#", "dtype", "shape"):
             table.add_column(col)
         for o in doc["outputs"]:
-            table.add_row(str(o["index"]), o["dtype"], str(o["shape"]) if o["shape"] is not None else f"= {o['value']}")
+            table.add_row(str(o["index"]), esc(o["dtype"]), esc(o["shape"] if o["shape"] is not None else f"= {o['value']}"))
         out.print(table)
         if doc.get("output_file"):
-            out.print(f"wrote {doc['output_file']}")
+            out.print(f"wrote {esc(doc['output_file'])}")
     if results:
         table = Table(title="samples", title_justify="left", box=None, pad_edge=False, header_style="bold")
         for col in ("sample", "program", "variant", "output", "max abs", "max rel", "tolerance", ""):
@@ -293,11 +323,13 @@ def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
         for r in results:
             tol = f"rtol {r.rtol:g} atol {r.atol:g}"
             if r.error:
-                table.add_row(r.name, r.program, r.variant, "-", "-", "-", tol, f"[red]{r.error}[/red]")
+                table.add_row(esc(r.name), esc(r.program), esc(r.variant), "-", "-", "-", tol,
+                              f"[red]{esc(r.error)}[/red]")
             for o in r.outputs:
-                table.add_row(r.name, r.program, r.variant, str(o["output"]), _num(o.get("max_abs")),
-                              _num(o.get("max_rel")), tol, "[green]ok[/green]" if o["ok"] else
-                              f"[red]FAIL[/red] {o.get('detail', '')}".rstrip())
+                table.add_row(esc(r.name), esc(r.program), esc(r.variant), esc(o["output"]),
+                              _num(o.get("max_abs")), _num(o.get("max_rel")), tol,
+                              "[green]ok[/green]" if o["ok"] else
+                              f"[red]FAIL[/red] {esc(o.get('detail', ''))}".rstrip())
         out.print(table)
 
 

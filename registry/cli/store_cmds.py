@@ -116,7 +116,7 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
                   header_style="bold")
     for v in versions:
         status = v.status if v.status == "active" else f"{v.status}: {v.status_reason}"
-        table.add_row(str(v.number), v.digest[:19], format_size(v.size), esc(status),
+        table.add_row(str(v.number), esc(v.digest[:19]), format_size(v.size), esc(status),
                       esc(", ".join(sorted(v.aliases or []))), str(v.created_at)[:19], esc(v.created_by))
     console().print(table)
 
@@ -141,7 +141,7 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         return
     out = console()
     when = f"  ({esc(ref)} at {esc(at)})" if at is not None else ""
-    out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {v.digest}{when}")
+    out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {esc(v.digest)}{when}")
     out.print(f"status: {esc(v.status + (': ' + v.status_reason if v.status_reason else ''))}")
     out.print(f"size: {format_size(v.size)}   created: {v.created_at} by {esc(v.created_by)}")
     if data["aliases"]:

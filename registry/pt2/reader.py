@@ -7,27 +7,58 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..archive.zipsafe import ZipEntry, read_entries, read_entry_bytes
+from ..archive.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
+from ..digests import canonical_json
 from ..errors import UnsafeArchiveError
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
 
-__all__ = ["Pt2Archive", "open_pt2", "SAMPLE_INPUTS_DIR", "DROPPED_MEMBERS"]
+__all__ = ["Pt2Archive", "open_pt2", "SAMPLE_INPUTS_DIR", "DROPPED_MEMBERS", "CANONICAL_ROOT",
+           "is_json_member"]
 
 SAMPLE_INPUTS_DIR = "data/sample_inputs/"
 #: members the normalizer removes (sample inputs are kept but emptied).
 DROPPED_MEMBERS = (".data/serialization_id",)
 _SMALL_JSON = 64 * 1024 * 1024
+#: whole state dicts of old archives; torch.load falls back to weights_only=False on them.
+_LEGACY_PICKLES = ("data/weights/{}.pt", "data/constants/{}.pt")
+#: the root folder of every program member of a bundle (what torch writes for an in-memory save).
+CANONICAL_ROOT = "archive"
 #: folders and files torch looks members up in. Its zip reader (miniz) matches names without
 #: regard to case, so a member must not match one of these only case-insensitively.
 _TORCH_PREFIXES = ("models/", "data/", "extra/", "archive_format", "archive_version", "byteorder",
                    ".data/")
-#: whole state dicts of old archives; torch.load falls back to weights_only=False on them.
-_LEGACY_PICKLES = ("data/weights/{}.pt", "data/constants/{}.pt")
+#: The exact member names a program archive may hold (relative to its root folder), in exact
+#: case; anything else is refused, so nothing torch might read is left unvetted.
+_ID = r"[A-Za-z_][A-Za-z0-9_]*"
+_FILE = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}"
+_FIXED_MEMBERS = frozenset({"archive_format", "archive_version", "byteorder", ".data/version",
+                            ".data/serialization_id"})
+_PORTABLE_MEMBER = re.compile(
+    rf"models/(?P<model>{_ID})\.json|data/sample_inputs/(?P<sample>{_ID})\.pt"
+    rf"|data/(?P<folder>weights|constants)/(?:(?P<config>{_ID})_(?:weights|constants)_config\.json|(?P<payload>{_FILE}))"
+    rf"|extra/{_FILE}\Z")
+_AOTI_MEMBER = re.compile(rf"data/aotinductor/{_ID}/{_FILE}|data/(?:weights|constants)/{_FILE}\Z")
+#: payload names a weights/constants config may point at (torch joins them to the folder).
+_PAYLOAD_NAME = re.compile(rf"{_FILE}\Z")
+#: bytes per element of torch._export.serde.schema.ScalarType codes.
+_ELEMENT_SIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 11: 16, 12: 1, 13: 2,
+                 28: 2, 29: 1, 30: 1, 31: 1, 32: 1, 33: 1, 34: 4, 35: 8}
+_NATIVE_SUFFIXES = (".so", ".dll", ".dylib", ".pyd", ".o", ".a")
+#: constants torch unpickles as objects whatever the config says (TorchBind, opaque objects).
+_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
+_CONSTANT_PREFIXES = ("tensor_",) + _OBJECT_PREFIXES
+
+
+def is_json_member(name: str) -> bool:
+    """Members torch parses as JSON: graphs and payload configs (kept canonical in a bundle)."""
+    return (name.startswith("models/") and name.endswith(".json")) or name.endswith(
+        ("_weights_config.json", "_constants_config.json"))
 
 
 @dataclass(frozen=True)
@@ -40,6 +71,7 @@ class Pt2Archive:
     programs: dict[str, dict[str, Any]]   # program name -> manifest description
     aoti: dict[str, dict[str, Any]]       # AOTI model name -> {"metadata": {...}, "libraries": [...]}
     pickled: list[str] = field(default_factory=list)   # members torch would unpickle
+    pickled_objects: list[str] = field(default_factory=list)  # of those, the ones that are not tensors
     archive_format: str | None = None
     archive_version: str | None = None
 
@@ -61,8 +93,10 @@ def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def load_json_member(path: str, entry: ZipEntry, *, where: str, max_size: int = _SMALL_JSON) -> Any:
-    data = read_entry_bytes(path, entry, max_size=max_size, where=where)
+def load_json_member(path: str, entry: ZipEntry, *, where: str, max_size: int = _SMALL_JSON,
+                     data: bytes | None = None) -> Any:
+    if data is None:
+        data = read_entry_bytes(path, entry, max_size=max_size, where=where)
     containers, items = data.count(b"{") + data.count(b"["), data.count(b",")
     if containers > MAX_JSON_CONTAINERS or items > MAX_JSON_ITEMS:
         raise UnsafeArchiveError(f"{where}: member {entry.name!r} holds {containers} objects and {items} "
@@ -108,6 +142,124 @@ def _check_layout(rel: dict[str, ZipEntry], where: str) -> None:
                                      f"of models/ as a program)", member=name)
 
 
+def _check_allowlist(rel: dict[str, ZipEntry], where: str) -> None:
+    """Every member must be one torch.export.save or aoti_compile_and_package writes, named
+    exactly (case included); a program archive never mixes a graph with native code."""
+    portable = any(n.startswith("models/") for n in rel)
+    native = [n for n in rel if n.startswith("data/aotinductor/") or n.endswith(_NATIVE_SUFFIXES)]
+    if portable and native:
+        raise UnsafeArchiveError(f"{where}: a portable program carries native code ({native[0]!r})",
+                                 member=native[0], hint="torch would load it as an AOTInductor library; "
+                                 "bundle an AOTInductor package as a separate variant (NAME=PKG.pt2)")
+    pattern = _PORTABLE_MEMBER if portable else _AOTI_MEMBER
+    for name in rel:
+        if name not in _FIXED_MEMBERS and not pattern.match(name):
+            raise UnsafeArchiveError(f"{where}: unexpected member {name!r} in a "
+                                     f"{'program' if portable else 'AOTInductor package'}", member=name,
+                                     hint="only the members torch.export writes are allowed, in exact case")
+    if portable:
+        models = {n[len("models/"):-len(".json")] for n in rel if n.startswith("models/")}
+        for name in rel:
+            m = _PORTABLE_MEMBER.match(name)
+            owner = m and (m.group("sample") or m.group("config"))
+            if owner and owner not in models:
+                raise UnsafeArchiveError(f"{where}: member {name!r} belongs to no program in models/",
+                                         member=name)
+
+
+def _check_canonical_json(path: str, rel: dict[str, ZipEntry], where: str) -> None:
+    """In a bundle, every JSON member torch parses is the canonical serialization of its value:
+    no duplicate keys, comments-by-whitespace or alternative spellings two parsers could read
+    differently."""
+    for name, entry in rel.items():
+        if not is_json_member(name):
+            continue
+        data = read_entry_bytes(path, entry, max_size=MAX_GRAPH_JSON_BYTES, where=where)
+        value = load_json_member(path, entry, where=where, max_size=MAX_GRAPH_JSON_BYTES, data=data)
+        try:
+            ok = canonical_json(value) == data
+        except ValueError:
+            ok = False
+        if not ok:
+            raise UnsafeArchiveError(f"{where}: member {name!r} is not canonical JSON", member=name,
+                                     hint="rebuild the bundle with `pt2reg bundle`")
+
+
+def _int_field(value: Any) -> int | None:
+    if isinstance(value, dict) and set(value) == {"as_int"}:
+        value = value["as_int"]
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _payload_bytes(meta: Any) -> tuple[int, int, int] | None:
+    """(bytes a view needs from its storage, element count, element size) of a tensor_meta,
+    or None when it is not a plain strided tensor description."""
+    if not isinstance(meta, dict):
+        return None
+    elsize = _ELEMENT_SIZE.get(meta.get("dtype"))  # type: ignore[arg-type]
+    sizes = [_int_field(v) for v in meta.get("sizes") or []] if isinstance(meta.get("sizes"), list) else None
+    strides = [_int_field(v) for v in meta.get("strides") or []] if isinstance(meta.get("strides"), list) else None
+    offset = _int_field(meta.get("storage_offset"))
+    if elsize is None or sizes is None or strides is None or offset is None or len(sizes) != len(strides) \
+            or any(v is None for v in sizes + strides):
+        return None
+    numel = 1
+    for n in sizes:
+        numel *= n  # type: ignore[operator]
+    if numel == 0:
+        return 0, 0, elsize
+    extent = offset + 1 + sum((n - 1) * st for n, st in zip(sizes, strides))  # type: ignore[operator]
+    return extent * elsize, numel, elsize
+
+
+def _check_payloads(rel: dict[str, ZipEntry], configs: "_JsonMembers", where: str) -> None:
+    """Every weight and constant the configs declare must be backed by its stored bytes: torch
+    allocates ``zeros(shape)`` for an empty member and views others with ``as_strided``, so a
+    few KB declaring a huge shape would otherwise cost gigabytes."""
+    referenced: set[str] = set()
+    for cname in sorted(n for n in rel if n.endswith(("_weights_config.json", "_constants_config.json"))):
+        folder = cname.rsplit("/", 1)[0]
+        cfg = configs.get(cname)
+        items = cfg.get("config") if isinstance(cfg, dict) else None
+        if not isinstance(items, dict):
+            raise UnsafeArchiveError(f"{where}: {cname!r} has no config table", member=cname)
+        dtypes: dict[str, Any] = {}
+        referenced.update(f"{folder}/{i.get('path_name')}" for i in items.values() if isinstance(i, dict))
+        for fqn, item in items.items():
+            pname = item.get("path_name") if isinstance(item, dict) else None
+            if not isinstance(pname, str) or not _PAYLOAD_NAME.match(pname):
+                raise UnsafeArchiveError(f"{where}: {cname!r} entry {str(fqn)[:80]!r} points at "
+                                         f"{str(pname)[:80]!r}, not a file of {folder}/", member=cname)
+            member = f"{folder}/{pname}"
+            entry = rel.get(member)
+            if entry is None:
+                raise UnsafeArchiveError(f"{where}: {cname!r} entry {str(fqn)[:80]!r} needs missing member "
+                                         f"{member!r}", member=cname)
+            if folder == "data/constants" and not pname.startswith(_CONSTANT_PREFIXES):
+                raise UnsafeArchiveError(f"{where}: constant {str(fqn)[:80]!r} is stored as {pname!r}, a kind "
+                                         f"torch does not load", member=member)
+            if item.get("use_pickle") or pname.startswith(_OBJECT_PREFIXES):
+                continue  # pickled: classified (and refused) by _pickled_members
+            need = _payload_bytes(item.get("tensor_meta"))
+            if need is None:
+                raise UnsafeArchiveError(f"{where}: {cname!r} entry {str(fqn)[:80]!r} has an unreadable "
+                                         f"tensor description", member=cname)
+            extent, numel, elsize = need
+            dtype = (item.get("tensor_meta") or {}).get("dtype")
+            if dtypes.setdefault(pname, dtype) != dtype:
+                raise UnsafeArchiveError(f"{where}: {member!r} is read as two dtypes", member=member)
+            if entry.size % elsize or (entry.size == 0 and numel) or extent > entry.size:
+                raise UnsafeArchiveError(
+                    f"{where}: {str(fqn)[:80]!r} declares {numel} elements ({extent} bytes) but {member!r} "
+                    f"holds {entry.size} bytes", member=member,
+                    hint="a tensor's declared shape must match its stored bytes")
+    for name in rel:
+        m = _PORTABLE_MEMBER.match(name)
+        if m and m.group("payload") and name not in referenced:
+            raise UnsafeArchiveError(f"{where}: member {name!r} is no weight or constant of any program",
+                                     member=name, hint="torch would read it as a legacy pickled state dict")
+
+
 class _JsonMembers:
     """Small JSON members (weights and constants configs), each parsed at most once."""
 
@@ -129,43 +281,75 @@ def _config_items(configs: _JsonMembers, name: str) -> list[dict[str, Any]]:
     return [v for v in items.values() if isinstance(v, dict)] if isinstance(items, dict) else []
 
 
-def _pickled_members(rel: dict[str, ZipEntry], configs: _JsonMembers, programs: list[str]) -> list[str]:
-    """Members torch.export.load would unpickle: pickled weights and constants (tensor
-    subclasses, TorchBind and opaque objects), legacy whole-state-dict files, sample inputs.
+def _pickled_members(rel: dict[str, ZipEntry], configs: _JsonMembers, programs: list[str]
+                     ) -> tuple[list[str], list[str]]:
+    """Members torch.export.load would unpickle, as (pickled tensors, pickled objects).
 
-    This follows ``torch/export/pt2_archive/_package.py``: a weight is unpickled when its config
-    says ``use_pickle``; a constant unless its path is ``tensor_*`` without ``use_pickle``.
+    This follows ``torch/export/pt2_archive/_package.py``: a weight or a ``tensor_*`` constant
+    whose config says ``use_pickle`` is a pickled tensor (a tensor subclass; ``torch.load`` with
+    ``weights_only=False``); TorchBind ``custom_obj_*`` and ``opaque_obj_*`` constants, legacy
+    whole-state-dict files and non-empty sample inputs are pickled objects.
     """
-    out: set[str] = set()
+    tensors: set[str] = set()
+    objects: set[str] = set()
     config_names = {n for n in rel if n.endswith(("_weights_config.json", "_constants_config.json"))}
     for name in config_names:
         folder = name.rsplit("/", 1)[0]
-        constants = name.endswith("_constants_config.json")
         for item in _config_items(configs, name):
-            member = f"{folder}/{item.get('path_name')}"
-            plain_tensor = str(item.get("path_name", "")).startswith("tensor_") or not constants
-            if item.get("use_pickle") or not plain_tensor:
-                out.add(member)
+            pname = str(item.get("path_name", ""))
+            member = f"{folder}/{pname}"
+            if pname.startswith(_OBJECT_PREFIXES):
+                objects.add(member)
+            elif item.get("use_pickle"):
+                tensors.add(member)
     for prog in programs:
-        out.update(n for n in (p.format(prog) for p in _LEGACY_PICKLES) if n in rel and rel[n].size > 0)
+        objects.update(n for n in (p.format(prog) for p in _LEGACY_PICKLES) if n in rel and rel[n].size > 0)
     for name, entry in rel.items():
         if "/custom_obj_" in "/" + name or "/opaque_obj_" in "/" + name:
-            out.add(name)
+            objects.add(name)
         elif name.startswith(SAMPLE_INPUTS_DIR) and entry.size > 0:
-            out.add(name)
+            objects.add(name)
         elif name.endswith((".pkl", ".pickle")):
-            out.add(name)
-    return sorted(out)
+            objects.add(name)
+    return sorted(tensors - objects), sorted(objects)
 
 
 def open_pt2(path: str | os.PathLike, *, where: str | None = None,
-             dim_names: dict[str, dict[str, str]] | None = None) -> Pt2Archive:
-    """Validate and describe a `.pt2` file. ``dim_names``: program -> {symbol: Dim name}."""
+             dim_names: dict[str, dict[str, str]] | None = None, canonical: bool = False,
+             kind: str | None = None, span: tuple[int, int] | None = None) -> Pt2Archive:
+    """Validate and describe a `.pt2` file. ``dim_names``: program -> {symbol: Dim name}.
+
+    ``canonical``: the file is a program member of a bundle, so it must be byte for byte what
+    the bundler writes (``read_canonical_entries``: the zip layout; root ``archive/``; every JSON
+    member torch parses in canonical form). ``kind`` ("exported_program" or "aoti") is what the
+    manifest says the member is; a member that is not that is refused. ``span``: (offset, size)
+    of the archive inside ``path`` (a member read in place in its bundle).
+    """
     path = os.fspath(path)
     where = where or path
-    root, rel = _split_root(read_entries(path, where=where), where)
+    if canonical:
+        offset, size = span or (0, None)
+        entries = read_canonical_entries(path, where=where, offset=offset, size=size)
+    else:
+        entries = read_entries(path, where=where)
+    root, rel = _split_root(entries, where)
     _check_layout(rel, where)
+    _check_allowlist(rel, where)
+    portable = any(n.startswith("models/") for n in rel)
+    if kind is not None and portable != (kind == "exported_program"):
+        raise UnsafeArchiveError(f"{where}: the manifest says {kind!r} but the member is "
+                                 f"{'a portable program' if portable else 'an AOTInductor package'}")
+    if canonical:
+        if root != CANONICAL_ROOT:
+            raise UnsafeArchiveError(f"{where}: not a canonical program archive: root folder {root!r}")
+        if ".data/serialization_id" in rel:
+            raise UnsafeArchiveError(f"{where}: not a canonical program archive: it keeps torch's per-save id",
+                                     member=".data/serialization_id")
+        if portable:
+            _check_canonical_json(path, rel, where)
     configs = _JsonMembers(path, rel, where)
+    if portable:
+        _check_payloads(rel, configs, where)
     programs: dict[str, dict[str, Any]] = {}
     for name, entry in rel.items():
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
@@ -204,9 +388,24 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     if not programs and not aoti:
         raise UnsafeArchiveError(f"{where}: no program found (no models/*.json and no AOTInductor model)",
                                  hint="expected a file written by torch.export.save")
+    tensors, objects = _pickled_members(rel, configs, list(programs))
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
-        pickled=_pickled_members(rel, configs, list(programs)),
+        pickled=sorted(tensors + objects), pickled_objects=objects,
         archive_format=read_entry_bytes(path, fmt, max_size=64, where=where).decode("utf-8", "replace").strip() if fmt else None,
         archive_version=read_entry_bytes(path, ver, max_size=64, where=where).decode("utf-8", "replace").strip() if ver else None,
     )
+
+
+def check_bundle_programs(bundle: Any) -> None:
+    """Vet every program member of an opened ``BundleFile`` in place, as the loader will
+    (canonical layout, allowlist, graph, payload sizes): a bundle whose programs torch would
+    read differently from us is refused at push, before anything is uploaded. Pickled tensors
+    are left to the loader, which refuses them unless trusted."""
+    kinds = {v.member: v.kind for spec in bundle.manifest.programs.values() for v in spec.variants}
+    for member in bundle.manifest.members:
+        if member.role not in ("program", "aoti"):
+            continue
+        where = f"{bundle.path}: member {member.path}"
+        open_pt2(bundle.path, where=where, canonical=True, span=bundle.member_span(member.path),
+                 kind=kinds.get(member.path, "aoti" if member.role == "aoti" else "exported_program"))

@@ -15,13 +15,15 @@ from typing import Any, Mapping
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from ..audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain
+from ..audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError
 from ..manifest import stored_blobs
-from .orm import AliasRow, AuditEventRow, ModelRow, VersionBlobRow, VersionRow, json_text, now_text
+from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, VersionBlobRow, VersionRow,
+                  json_text, now_text)
 
-__all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile"]
+__all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile",
+           "stored_fields"]
 
 #: pg_advisory_xact_lock key serializing audit appends ("pt2a").
 AUDIT_LOCK_KEY = 0x70743261
@@ -40,7 +42,8 @@ def append_event(session: Session, action: str, *, actor: str, host: str,
                            .order_by(AuditEventRow.seq.desc()).limit(1)).first()
     # Never earlier than the previous event, so time order and chain order agree even when
     # hosts' clocks disagree (time travel and --since rely on it).
-    ts = max(now_text(), last.ts) if last else now_text()
+    now = now_text(session)  # the database's clock, never a client's
+    ts = max(now, last.ts) if last else now
     event = seal({"seq": last.seq + 1 if last else 1, "ts": ts, "actor": actor, "host": host,
                   "action": action, "model": model, "version": number, "digest": digest,
                   "ref": ref, "details": dict(details or {})},
@@ -122,6 +125,21 @@ def verify_contents(session: Session) -> ChainVerdict | None:
     return ChainVerdict(False, seq, f"version {name}@{number} {what} (the metadata database was altered)")
 
 
+def stored_fields(session: Session) -> dict[tuple[str, int], str]:
+    """``(model, number) -> version_fields_hash`` of every version as the tables hold it now."""
+    edges: dict[int, list[tuple[str, str, str | None, str | None]]] = {}
+    for vid, kind, value, digest, extra in session.execute(
+            select(LineageRow.version_id, LineageRow.kind, LineageRow.value, LineageRow.digest,
+                   LineageRow.extra_json).execution_options(yield_per=5000)):
+        edges.setdefault(vid, []).append((kind, value, digest, extra))
+    return {(name, number): version_fields_hash(by, meta, edges.get(vid, []))
+            for vid, name, number, by, meta in session.execute(
+                select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.created_by,
+                       VersionRow.metadata_json)
+                .join(ModelRow, ModelRow.id == VersionRow.model_id)
+                .execution_options(yield_per=1000))}
+
+
 def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
     """``verdict`` unless versions, statuses or aliases disagree with a replay of the log.
 
@@ -130,15 +148,18 @@ def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
     the thing that disagrees (or no event, when the log never mentions it).
     """
     published: dict[tuple[str, int], tuple[int, str | None]] = {}
+    vouched: dict[tuple[str, int], tuple[int, str | None]] = {}  # publish/attest "fields"
     status: dict[tuple[str, int], tuple[int, str]] = {}
     aliases: dict[tuple[str, str], tuple[int, int | None]] = {}
     for seq, action, model, number, digest, details in session.execute(
             select(AuditEventRow.seq, AuditEventRow.action, AuditEventRow.model,
                    AuditEventRow.version, AuditEventRow.digest, AuditEventRow.details_json)
-            .where(AuditEventRow.action.in_(("publish", *_STATUS_OF, *ALIAS_ACTIONS)))
+            .where(AuditEventRow.action.in_(("publish", "attest", *_STATUS_OF, *ALIAS_ACTIONS)))
             .order_by(AuditEventRow.seq).execution_options(yield_per=1000)):
-        if action == "publish":
-            published[(model, number)] = (seq, digest)
+        if action in ("publish", "attest"):
+            if action == "publish":
+                published[(model, number)] = (seq, digest)
+            vouched[(model, number)] = (seq, json.loads(details).get("fields"))
         elif action in _STATUS_OF:
             status[(model, number)] = (seq, _STATUS_OF[action])
         else:
@@ -148,6 +169,7 @@ def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
     def broken(seq: int | None, what: str) -> ChainVerdict:
         return ChainVerdict(False, seq, f"{what} (the log and the registry disagree)")
 
+    current = stored_fields(session)
     for name, number, digest, state in session.execute(
             select(ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.status)
             .join(ModelRow, ModelRow.id == VersionRow.model_id)
@@ -157,6 +179,10 @@ def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
             return broken(seq, f"version {name}@{number} ({digest}) "
                                + ("has no publish event" if seq is None
                                   else f"was published as {logged}"))
+        seq, logged = vouched.get((name, number), (seq, None))
+        if logged != current.get((name, number)):
+            return broken(seq, f"version {name}@{number}: its publisher (created_by), metadata "
+                               f"or lineage edges differ from what event {seq} recorded")
         seq, logged = status.get((name, number), (None, "active"))
         if logged != state:
             return broken(seq, f"version {name}@{number} is {state} but the log says {logged}")

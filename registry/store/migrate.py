@@ -38,7 +38,7 @@ __all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "hea
 
 #: The schema revision this software expects. A test keeps it equal to the scripts' only head,
 #: so the everyday check (database at head?) needs no Alembic import.
-HEAD_REVISION = "0001_initial"
+HEAD_REVISION = "0002_audit_version_fields"
 
 #: pg_advisory_xact_lock key serializing schema checks and upgrades ("pt2m").
 MIGRATION_LOCK_KEY = 0x7074326D
@@ -186,7 +186,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     """Migrate the database to head (``pt2reg db upgrade``); returns (before, after) revisions.
 
         >>> upgrade(make_engine("sqlite:////tmp/reg/registry.db"))
-        (None, '0001_initial')
+        (None, '0002_audit_version_fields')
     """
     return _migrate(engine, only_if_fresh=False)
 

@@ -29,6 +29,7 @@ from .records import AuditEvent, LineageEdge, PendingPush, SignatureRecord, Vers
 __all__ = [
     "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "AliasRow", "SignatureRow",
     "LineageRow", "PendingPushRow", "AuditEventRow", "STATUSES", "LINEAGE_KINDS", "now_text",
+    "db_clock",
     "json_text",
 ]
 
@@ -47,9 +48,33 @@ TS = String(32)
 DIGEST = String(71)  # "sha256:" + 64 hex
 
 
-def now_text() -> str:
-    """The current time as stored: ``2026-11-22T02:03:04.123456Z``."""
-    return format_ts(datetime.now(timezone.utc))
+def now_text(session: Any = None) -> str:
+    """The current time as stored: ``2026-11-22T02:03:04.123456Z``.
+
+    With a session, the *database's* clock (one reading per transaction, cached on the
+    session), so a client whose clock is wrong cannot stamp rows or audit events with its own
+    time: PostgreSQL's ``clock_timestamp()`` in UTC; SQLite's ``'now'`` (millisecond
+    precision; SQLite has no server, so that is the clock of the host running the process).
+    Without a session, this process's clock (only for callers outside any transaction).
+    """
+    if session is None:
+        return format_ts(datetime.now(timezone.utc))
+    cached = session.info.get("pt2reg_now")
+    if cached is None:
+        cached = session.info["pt2reg_now"] = db_clock(session)
+    return cached
+
+
+def db_clock(session: Any) -> str:
+    """One reading of the database server's clock, as canonical UTC text."""
+    from sqlalchemy import text
+
+    if session.get_bind().dialect.name == "postgresql":
+        return session.execute(text(
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")).scalar_one()
+    raw = session.execute(text("SELECT strftime('%Y-%m-%dT%H:%M:%f', 'now')")).scalar_one()
+    return format_ts(datetime.fromisoformat(raw).replace(tzinfo=timezone.utc))
 
 
 def json_text(value: Any, what: str) -> str:

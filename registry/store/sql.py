@@ -26,17 +26,18 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
 from ..audit_chain import ChainVerdict, format_ts, parse_ts
-from ..errors import NotFoundError, UsageError
+from ..errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from ..manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from . import audit_log, writes
 from . import lineage as graph
 from .engine import make_engine, run_transaction
 from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
-                  VersionBlobRow, VersionRow, json_text, now_text)
+                  VersionBlobRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
                       PendingPush, SignatureRecord, VersionRecord)
 
@@ -52,9 +53,12 @@ _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "resto
 GC_LOCK_KEY = 0x70743267
 
 
-def _gc_lock(s: Session) -> None:
+def _gc_lock(s: Session, *, exclusive: bool = False) -> None:
+    """The gc lock: a sweep holds it exclusively; claims and publishes share it (they never
+    wait for each other, only for a sweep). SQLite serializes write transactions anyway."""
     if s.get_bind().dialect.name == "postgresql":
-        s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": GC_LOCK_KEY})
+        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        s.execute(text(f"SELECT {fn}(:key)"), {"key": GC_LOCK_KEY})
 
 
 class SqlMetadataStore:
@@ -139,13 +143,21 @@ class SqlMetadataStore:
                 signatures: Iterable[SignatureRecord | Mapping | tuple[str, str, str]] = (),
                 environment: Mapping[str, Any] | None = None,
                 actor: str, host: str, ref_for_audit: str | None = None,
+                claim: int | None = None,
+                missing_blobs: Callable[[list[str]], list[str]] | None = None,
                 ) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
         ``lineage`` items are LineageEdge records or mappings with the same keys; parent edges
         must name versions already in the registry. ``signatures`` are SignatureRecords or
         ``signatures.json`` entries. ``build`` and ``environment`` (python/torch/CUDA of the
-        publisher) are informational JSON. Returns ``(version, created)``. Identical content (same digest) already in the model
+        publisher) are informational JSON. ``claim`` (from :meth:`begin_pending`) must still
+        exist, else ConflictError: gc reaped it because the push stalled past its heartbeat and
+        may have deleted its blobs. ``missing_blobs(digests)`` returns those the blob store
+        lacks (IntegrityError when any, for a new version). Both checks run inside this
+        transaction under the gc lock a sweep holds exclusively, so either the sweep saw the
+        claim alive (and spared the blobs) or this publish sees it reaped; nothing is recorded
+        then. Returns ``(version, created)``. Identical content (same digest) already in the model
         returns the existing version with ``created=False``; requested aliases (and new
         signatures) are still applied. All in one transaction, audited.
 
@@ -170,19 +182,35 @@ class SqlMetadataStore:
                             if environment is not None else None)
 
         def work(s: Session) -> tuple[VersionRecord, bool]:
+            _gc_lock(s)  # before any row lock: the order every writer takes them in
+            if claim is not None and s.get(PendingPushRow, claim) is None:
+                raise ConflictError(
+                    f"push of {name} ({digest}) lost its pending-push claim: gc reaped it "
+                    f"because the push stalled past its heartbeat; nothing was recorded",
+                    hint="push again (it uploads whatever gc deleted)")
             model = writes.lock_model_for_publish(s, name)
             row = s.scalars(select(VersionRow).where(VersionRow.model_id == model.id,
                                                      VersionRow.digest == digest)).one_or_none()
             created = row is None
+            if row is None and missing_blobs is not None:
+                missing = missing_blobs(sorted(blob_sizes))
+                if missing:
+                    raise IntegrityError(
+                        f"cannot publish {name} ({digest}): {len(missing)} of its blobs are "
+                        f"missing from the blob store, first {missing[0]}; nothing was recorded",
+                        hint="push again (it uploads them)")
             if row is None:
                 writes.check_parents(s, edges)
                 row = writes.insert_version(
                     s, model, digest=digest, manifest_json=manifest_json, size=size,
                     blobs=blob_sizes, edges=edges, metadata_json=metadata_json,
                     build_json=build_json, environment_json=environment_json, actor=actor)
+                # the chain covers who published it, its metadata and its lineage too
                 audit_log.append_event(s, "publish", actor=actor, host=host, model=name,
                                        number=row.number, digest=digest, ref=ref_for_audit,
-                                       details={"size": size, "blobs": len(blob_sizes)})
+                                       details={"size": size, "blobs": len(blob_sizes),
+                                                "fields": writes.fields_hash(
+                                                    actor, metadata_json, edges)})
             writes.add_signatures(s, row, name, sigs, actor=actor, host=host,
                                   audit=not created)
             for alias in alias_names:
@@ -398,7 +426,7 @@ class SqlMetadataStore:
             row = self._version(s, model, number)
             if (row.status, row.status_reason) != (status, reason):
                 row.status, row.status_reason = status, reason
-                row.status_by, row.status_at = actor, now_text()
+                row.status_by, row.status_at = actor, now_text(s)
                 audit_log.append_event(s, _STATUS_ACTIONS[status], actor=actor, host=host,
                                        model=name, number=number, digest=row.digest,
                                        ref=ref_for_audit, details={"reason": reason})
@@ -532,7 +560,7 @@ class SqlMetadataStore:
 
         def work(s: Session) -> int:
             _gc_lock(s)  # a gc sweep either sees this claim or has finished deleting
-            now = now_text()
+            now = now_text(s)
             row = PendingPushRow(host=host, pid=pid, started_at=now, heartbeat_at=now,
                                  blobs_json=json_text(digests, "blobs"))
             s.add(row)
@@ -549,7 +577,7 @@ class SqlMetadataStore:
         """
         return self._write(lambda s: s.execute(
             update(PendingPushRow).where(PendingPushRow.id == claim_id)
-            .values(heartbeat_at=now_text())).rowcount == 1)
+            .values(heartbeat_at=now_text(s))).rowcount == 1)
 
     def end_pending(self, claim_id: int) -> None:
         """Release a claim (idempotent).
@@ -558,6 +586,14 @@ class SqlMetadataStore:
         """
         self._write(lambda s: s.execute(delete(PendingPushRow)
                                         .where(PendingPushRow.id == claim_id)))
+
+    def db_now(self) -> datetime:
+        """The database's clock now (claim liveness compares database time to database time).
+
+            >>> store.db_now().tzinfo
+            datetime.timezone.utc
+        """
+        return parse_ts(self._read(db_clock))
 
     def pending_claims(self) -> list[PendingPush]:
         """Every open claim, oldest first; gc judges staleness by ``heartbeat_at``.
@@ -569,21 +605,34 @@ class SqlMetadataStore:
             select(PendingPushRow).order_by(PendingPushRow.id))])
 
     def sweep_blobs(self, candidates: Iterable[tuple[str, int]], *,
-                    is_alive: Callable[[PendingPush], bool], delete: Callable[[str], None],
-                    actor: str, host: str) -> list[tuple[str, int]]:
+                    is_alive: Callable[[PendingPush, datetime], bool],
+                    delete: Callable[[str], None], actor: str, host: str,
+                    released: list[int] | None = None) -> list[tuple[str, int]]:
         """Delete unreferenced, unclaimed blobs under the gc lock; returns what was deleted.
 
         Claims and references are read again while holding the lock that ``begin_pending``
-        also takes, so a push either claimed its blobs before this sweep (they are spared) or
-        claims them after it (and then finds them gone and uploads them). Each deletion is
-        recorded as a ``gc.delete`` audit event in the same transaction.
+        and ``publish`` also take, so a push either claimed its blobs before this sweep (they
+        are spared) or claims them after it (and then finds them gone and uploads them).
+        ``is_alive(claim, now)`` judges each claim against the database's clock; the claims it
+        finds dead are deleted in this same transaction, *before* any blob, so a stalled push
+        whose blobs go finds its claim gone when it publishes (and records nothing), never a
+        version whose blobs were swept. Their ids are appended to ``released``. Each deletion
+        is recorded as a ``gc.delete`` audit event in the same transaction.
         """
         wanted = list(candidates)
 
         def work(s: Session) -> list[tuple[str, int]]:
-            _gc_lock(s)
+            _gc_lock(s, exclusive=True)
+            now = parse_ts(now_text(s))
             claims = [row.to_record() for row in s.scalars(select(PendingPushRow))]
-            live = {d for c in claims if is_alive(c) for d in c.blobs}
+            alive = [c for c in claims if is_alive(c, now)]
+            dead = sorted({c.id for c in claims} - {c.id for c in alive})
+            if dead:
+                s.execute(delete_rows(PendingPushRow).where(PendingPushRow.id.in_(dead)))
+                s.flush()
+            if released is not None:
+                released[:] = dead
+            live = {d for c in alive for d in c.blobs}
             referenced = set(s.scalars(select(VersionBlobRow.blob_digest).distinct()))
             # what each version's manifest says it needs, whatever version_blobs says
             for (text_,) in s.execute(select(VersionRow.manifest_json).execution_options(yield_per=1000)):

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from ..audit_chain import version_fields_hash
 from ..errors import ConflictError, NotFoundError, UsageError
 from ..refs import validate_digest
 from .audit_log import append_event
@@ -18,7 +19,7 @@ from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, SignatureRow, V
 from .records import LineageEdge, SignatureRecord
 
 __all__ = ["lineage_input", "blobs_input", "signatures_input", "lock_model_for_publish",
-           "check_parents", "insert_version", "add_signatures", "point_alias"]
+           "check_parents", "insert_version", "add_signatures", "point_alias", "fields_hash"]
 
 
 def _edge(item: LineageEdge | Mapping | tuple) -> LineageEdge:
@@ -93,7 +94,7 @@ def lock_model_for_publish(session: Session, name: str) -> ModelRow:
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        session.execute(insert(ModelRow).values(name=name, created_at=now_text())
+        session.execute(insert(ModelRow).values(name=name, created_at=now_text(session))
                         .on_conflict_do_nothing(index_elements=["name"]))
         row = session.scalars(stmt).one()
     return row
@@ -121,7 +122,7 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
                             .where(VersionRow.model_id == model.id))
     row = VersionRow(model_id=model.id, number=(latest or 0) + 1, digest=digest,
                      manifest_json=manifest_json, size=size, status="active",
-                     created_at=now_text(), created_by=actor, build_json=build_json,
+                     created_at=now_text(session), created_by=actor, build_json=build_json,
                      environment_json=environment_json, metadata_json=metadata_json)
     session.add(row)
     session.flush()
@@ -132,6 +133,14 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
                                if e.extra else None)
                     for e in edges)
     return row
+
+
+def fields_hash(actor: str, metadata_json: str, edges: list[LineageEdge]) -> str:
+    """What a new version's publish event records as ``fields`` (see
+    :func:`registry.audit_chain.version_fields_hash`), from the values exactly as stored."""
+    return version_fields_hash(actor, metadata_json, [
+        (e.kind, e.value, e.digest, json_text(e.extra, "lineage extra") if e.extra else None)
+        for e in edges])
 
 
 def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[SignatureRecord],
@@ -145,7 +154,7 @@ def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[Sign
             continue
         have.add(sig.key_id)
         session.add(SignatureRow(version_id=row.id, key_id=sig.key_id, algorithm=sig.algorithm,
-                                 signature=sig.signature, created_at=now_text()))
+                                 signature=sig.signature, created_at=now_text(session)))
         if audit:
             append_event(session, "sign", actor=actor, host=host, model=name,
                          number=row.number, digest=row.digest,
@@ -162,6 +171,7 @@ def point_alias(session: Session, model: ModelRow, alias: str, version: VersionR
                                                  AliasRow.alias == alias)).one_or_none()
     if row is not None and row.version_id == version.id:
         return row
+    now = now_text(session)  # read before a half-filled row is pending (autoflush)
     details: dict[str, Any] = {"alias": alias}
     if row is None:
         row = AliasRow(model_id=model.id, alias=alias, version_id=version.id)
@@ -172,7 +182,7 @@ def point_alias(session: Session, model: ModelRow, alias: str, version: VersionR
                                          .where(VersionRow.id == row.version_id))
         row.version_id = version.id
         action = "alias.move"
-    row.updated_at, row.updated_by = now_text(), actor
+    row.updated_at, row.updated_by = now, actor
     append_event(session, action, actor=actor, host=host, model=model.name,
                  number=version.number, digest=version.digest, ref=ref, details=details)
     return row

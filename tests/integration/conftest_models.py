@@ -10,17 +10,17 @@ model computed at export time.
   and bundled in a subprocess so the op is NOT registered in the test process.
 - ``baked``: a program with ``device="cpu"`` baked into ``arange`` (source line recorded).
 - ``aoti``: the encoder plus an AOTInductor CPU package of it as a variant (compiled once, slow).
-- ``pickled``: the encoder whose program file carries a pickled member.
+- ``pickled``: the encoder whose first weight is a pickled tensor (``use_pickle``).
 """
 from __future__ import annotations
 
+import io
+import json
 import os
-import pickle
 import subprocess
 import sys
 import textwrap
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,11 +224,22 @@ def pickled(tmp_path_factory: pytest.TempPathFactory) -> Built:
     _, ep, _ = _encoder_export()
     pt2 = out / "encoder.pt2"
     save_exported_program(ep, pt2)
-    with zipfile.ZipFile(pt2, "a", compression=zipfile.ZIP_STORED) as z:
-        root = z.namelist()[0].split("/", 1)[0]
-        z.writestr(f"{root}/data/misc/payload.pkl", pickle.dumps({"harmless": True}))
+    # a pickled tensor (what torch writes for a tensor subclass weight): harmless here, but only
+    # --trust-pickle may load it
+    from tests.hostile import read_json_member, rewrite_pt2
+
+    import torch
+
+    cfg = read_json_member(pt2, "data/weights/model_weights_config.json")
+    fqn, first = next(iter(cfg["config"].items()))
+    first["use_pickle"] = True
+    buf = io.BytesIO()
+    torch.save(torch.nn.Parameter(ep.state_dict[fqn].detach().clone()), buf)
+    pickled_pt2 = rewrite_pt2(pt2, out / "pickled.pt2", {
+        "data/weights/model_weights_config.json": json.dumps(cfg).encode(),
+        f"data/weights/{first['path_name']}": buf.getvalue()})
     path = out / "pickled.pt2b"
-    build_bundle(path, [ProgramInput("encoder", pt2)])
+    build_bundle(path, [ProgramInput("encoder", pickled_pt2)])
     return Built(path)
 
 

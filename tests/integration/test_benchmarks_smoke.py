@@ -14,6 +14,6 @@ def test_every_benchmark_script_runs_in_quick_mode():
     r = subprocess.run([sys.executable, "benchmarks/run_all.py", "--quick", "--skip", "mlflow"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    for name in ("push", "s3", "load", "resolve", "memory", "cli"):
+    for name in ("push", "s3", "load", "resolve", "memory", "cli", "sandbox"):
         result = json.loads((ROOT / "benchmarks" / "out" / f"{name}-quick.json").read_text())
         assert result, name

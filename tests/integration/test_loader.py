@@ -136,7 +136,7 @@ def test_pickled_members_are_refused_unless_trusted(pickled, open_bundle):
     with pytest.raises(UnsafeArchiveError) as exc:
         load_bundle(src, device="cpu")
     assert exc.value.exit_code == 5 and exc.value.member == "programs/encoder.pt2"
-    assert "data/misc/payload.pkl" in str(exc.value)
+    assert "pickled tensors: data/weights/weight_0" in str(exc.value)
     bundle = load_bundle(src, device="cpu", trust_pickle=True)
     assert bundle["encoder"](torch.randint(0, 32, (2, 3))).shape == (2, 3, 8)
 
@@ -146,7 +146,13 @@ def test_aoti_variant_is_chosen_here_and_runs(aoti, open_bundle):
     src = open_bundle(aoti)
     variants = [v.id for v in src.manifest.programs["encoder"].variants]
     assert variants[0] == "portable" and variants[1].startswith("aoti-cpu-")
-    bundle = load_bundle(src, device="cpu")
+    # native code of a bundle no trusted key signed: the portable program, and the report says why
+    untrusted = load_bundle(src, device="cpu")
+    assert untrusted["encoder"].variant.id == "portable"
+    assert "native code" in untrusted.report.choices["encoder"][1]
+    (note,) = [f for f in untrusted.report.findings if f.code == "native-code"]
+    assert note.severity == "info" and variants[1] in note.message and "--trust-native" in note.fix
+    bundle = load_bundle(src, device="cpu", trust_native=True)
     assert bundle["encoder"].variant.kind == "aoti"
     assert "matches the target" in bundle.report.choices["encoder"][1]
     torch.testing.assert_close(bundle["encoder"](*aoti.inputs["encoder"]), aoti.expected["encoder"])

@@ -1,0 +1,310 @@
+"""Defense in depth: torch deserializes an unknown program in a limited subprocess first.
+
+The first time this machine loads a program whose bundle no trusted key signed, the loader runs
+the same deserialization torch will run in-process (``torchrt.load_exported_program`` then
+``restore_guards(...).module()``, or ``load_aoti`` for an allowed AOTInductor variant) in a child
+``python -m registry.sandbox`` with an address-space limit (``RLIMIT_AS``; ``RLIMIT_DATA`` on a
+CUDA/ROCm build of torch, whose driver reserves huge address ranges), a CPU-time limit
+(``RLIMIT_CPU``), no core dumps and a wall-clock timeout. Only when the child finishes cleanly is
+the program loaded in the caller's process, and the verdict is remembered by the program
+member's sha256 (with the torch version) in ``HOME/cache/vetted/<hex>.json``, so later loads
+cost one small file read. A crash, an exhausted limit or a torch error in the child is exit 5,
+one line, and the caller never deserializes the program.
+
+The child receives paths and names only, never pickles, and no flag wider than the caller's:
+the modules and op libraries the caller imported (``--import``, ``--load-library``, and any
+library already loaded into torch), and the AOTInductor path only when the caller already
+chose that variant.
+
+Settings (environment): ``PT2REG_SANDBOX`` = ``on`` (default) | ``off``;
+``PT2REG_SANDBOX_MEMORY`` = address-space limit in bytes or with a K/M/G suffix (default 4 GiB
+plus 3x the program file's size); ``PT2REG_SANDBOX_SECONDS`` = CPU and wall-clock limit
+(default 120).
+
+What it catches: a deserializer that crashes (segfault, abort), allocates without bound, or
+spins. What it does not: an exploit that stays within the limits and behaves the same in the
+parent; that is what the graph vetting and signatures are for.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["SandboxConfig", "vet_program", "ENV_SANDBOX", "ENV_SANDBOX_MEMORY", "ENV_SANDBOX_SECONDS",
+           "parse_size", "vetted_path"]
+
+ENV_SANDBOX = "PT2REG_SANDBOX"
+ENV_SANDBOX_MEMORY = "PT2REG_SANDBOX_MEMORY"
+ENV_SANDBOX_SECONDS = "PT2REG_SANDBOX_SECONDS"
+DEFAULT_SECONDS = 120.0
+DEFAULT_MEMORY_BASE = 4 << 30
+GiB = 1 << 30
+
+# child exit codes
+_RC_OK, _RC_OOM, _RC_ERROR = 0, 3, 4
+_OK_LINE = "pt2reg-sandbox: ok"
+
+
+def parse_size(text: str) -> int:
+    """``4294967296``, ``4G``, ``512M``, ``1.5GiB`` -> bytes (UsageError otherwise)."""
+    from .errors import UsageError
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not m:
+        raise UsageError(f"{ENV_SANDBOX_MEMORY}={text!r} is not a size", hint="e.g. 8G, 512M or a byte count")
+    value = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+    if value < 64 << 20:
+        raise UsageError(f"{ENV_SANDBOX_MEMORY}={text!r} is below 64 MiB; torch cannot even start")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    enabled: bool
+    vetted_dir: Path
+    memory: int | None = None          # None: DEFAULT_MEMORY_BASE + 3x the program's size
+    seconds: float = DEFAULT_SECONDS
+    imports: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, cache_dir: str | os.PathLike, env: Mapping[str, str] | None = None, *,
+                 imports: Sequence[str] = (), libraries: Sequence[str] = ()) -> "SandboxConfig":
+        from .errors import UsageError
+
+        env = os.environ if env is None else env
+        mode = (env.get(ENV_SANDBOX) or "on").strip().lower()
+        if mode not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+            raise UsageError(f"{ENV_SANDBOX}={mode!r}: expected on or off")
+        memory = env.get(ENV_SANDBOX_MEMORY)
+        seconds = env.get(ENV_SANDBOX_SECONDS)
+        try:
+            secs = float(seconds) if seconds else DEFAULT_SECONDS
+        except ValueError:
+            secs = -1.0
+        if not secs > 0:
+            raise UsageError(f"{ENV_SANDBOX_SECONDS}={seconds!r} is not a positive number of seconds")
+        return cls(mode in ("on", "1", "true", "yes"), Path(cache_dir) / "vetted",
+                   parse_size(memory) if memory else None, secs, tuple(imports), tuple(libraries))
+
+
+def vetted_path(config: SandboxConfig, member_digest: str) -> Path:
+    return config.vetted_dir / f"{member_digest.split(':', 1)[-1]}.json"
+
+
+def _entry(kind: str, archive_name: str, device: str) -> str:
+    return f"{kind}:{archive_name}:{device.split(':', 1)[0]}"
+
+
+def _torch_version() -> str:
+    from .torchrt import torch
+
+    return str(torch().__version__)
+
+
+def _is_vetted(path: Path, entry: str, torch_version: str) -> bool:
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("torch") == torch_version and entry in (doc.get("ok") or [])
+
+
+def _remember(path: Path, entry: str, torch_version: str) -> None:
+    from .atomic import atomic_write
+
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+        ok = doc.get("ok") if isinstance(doc, dict) and doc.get("torch") == torch_version else []
+    except (OSError, ValueError):
+        ok = []
+    ok = sorted(set(ok if isinstance(ok, list) else []) | {entry})
+    try:
+        with atomic_write(path, fsync=False) as f:
+            f.write(json.dumps({"torch": torch_version, "ok": ok}).encode("utf-8"))
+    except OSError:
+        pass  # a read-only home: the next load is vetted again
+
+
+def _gpu_build() -> bool:
+    from .torchrt import torch
+
+    t = torch()
+    return bool(getattr(t.version, "cuda", None) or getattr(t.version, "hip", None))
+
+
+def _libraries(config: SandboxConfig) -> list[str]:
+    """The caller's op libraries: those named, and those already loaded into torch."""
+    libs = list(config.libraries)
+    try:
+        from .torchrt import torch
+
+        libs += [p for p in sorted(getattr(torch().ops, "loaded_libraries", ()) or ()) if p not in libs]
+    except Exception:  # noqa: BLE001 - an older torch without the attribute
+        pass
+    return libs
+
+
+def vet_program(src: Any, spec: Any, variant: Any, device: str, config: SandboxConfig) -> str:
+    """Make sure torch can deserialize ``variant`` of ``spec`` in a limited child before the caller
+    does. Returns "off", "trusted", "cached" or "vetted"; raises IntegrityError (exit 5) when the
+    child crashed, ran out of memory or time, or torch refused the program there."""
+    if not config.enabled:
+        return "off"
+    if getattr(src, "trusted_signers", ()):
+        return "trusted"
+    member = next((m for m in src.manifest.members if m.path == variant.member), None)
+    path = src.member_file(variant.member)
+    member_digest = member.digest if member is not None else _file_digest(path)
+    torch_version = _torch_version()
+    entry = _entry(variant.kind, variant.archive_name, device)
+    record = vetted_path(config, member_digest)
+    if _is_vetted(record, entry, torch_version):
+        return "cached"
+    size = os.path.getsize(path)
+    memory = config.memory or DEFAULT_MEMORY_BASE + 3 * size
+    limit_kind = "data" if _gpu_build() else "as"
+    cmd = [sys.executable, "-m", "registry.sandbox", "--kind", variant.kind, "--archive-name",
+           variant.archive_name, "--device", device, "--memory", str(memory), "--limit", limit_kind,
+           "--seconds", str(int(config.seconds + 0.999))]
+    for mod in config.imports:
+        cmd += ["--import", mod]
+    for lib in _libraries(config):
+        cmd += ["--load-library", lib]
+    cmd += ["--", str(path)]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[ENV_SANDBOX] = "off"  # the child never recurses
+    what = f"program {spec.name!r} of {src.label or src.digest}"
+    started = time.monotonic()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                              timeout=config.seconds + 5, errors="replace")
+    except subprocess.TimeoutExpired:
+        _refuse(what, f"took longer than {config.seconds:g} s (wall clock)",
+                f"raise {ENV_SANDBOX_SECONDS} if the program is genuinely that slow to load")
+    except OSError as exc:
+        _refuse(what, f"could not be started ({exc.strerror or exc})",
+                f"{ENV_SANDBOX}=off skips this check (not recommended for unsigned programs)")
+    verdict = _verdict(done, memory, config.seconds, time.monotonic() - started)
+    if verdict is not None:
+        _refuse(what, *verdict)
+    _remember(record, entry, torch_version)
+    return "vetted"
+
+
+def _file_digest(path: Path) -> str:
+    from .digests import sha256_stream
+
+    with open(path, "rb") as f:
+        return sha256_stream(f)[0]
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
+             elapsed: float) -> tuple[str, str] | None:
+    """None when the child deserialized the program cleanly, else (what happened, what to do)."""
+    rc = done.returncode
+    last = next((ln.strip() for ln in reversed((done.stderr or "").splitlines()) if ln.strip()), "")
+    if rc == _RC_OK and _OK_LINE in (done.stdout or ""):
+        return None
+    mem_fix = f"raise {ENV_SANDBOX_MEMORY} (now {_gib(memory)}) if the program is genuinely that large"
+    if rc == _RC_OOM:
+        return f"ran out of memory (limit {_gib(memory)}): {last[:200]}", mem_fix
+    if rc == _RC_ERROR:
+        return f"failed: {last[:300]}", ("if it needs custom ops, pass --import/--load-library; "
+                                         "otherwise the program is damaged or hostile")
+    if rc < 0:
+        sig = -rc
+        try:
+            sname = signal.Signals(sig).name
+        except ValueError:
+            sname = f"signal {sig}"
+        if sig == getattr(signal, "SIGXCPU", -1) or (sig == signal.SIGKILL and elapsed >= seconds - 0.5):
+            return (f"used more than {seconds:g} s of CPU",
+                    f"raise {ENV_SANDBOX_SECONDS} if the program is genuinely that slow to load")
+        if sig == signal.SIGKILL:
+            return f"was killed ({sname}; out of memory?)", mem_fix
+        return f"crashed ({sname})", "the program is damaged or hostile; nothing was loaded"
+    return (f"crashed (exit {rc}{': ' + last[:200] if last else ''})",
+            "the program is damaged or hostile; nothing was loaded")
+
+
+def _refuse(what: str, happened: str, fix: str) -> None:
+    from .errors import UnsafeArchiveError
+
+    verb = "ran out of memory" if happened.startswith("ran out of memory") else None
+    text = (f"torch {verb} deserializing {what} in the sandbox{happened[len('ran out of memory'):]}"
+            if verb else f"torch deserializing {what} in the sandbox {happened}")
+    raise UnsafeArchiveError(f"{text}; it was not loaded", hint=fix)
+
+
+# ------------------------------------------------------------------------------------ the child
+
+def _set_limits(memory: int, limit_kind: str, seconds: int) -> None:
+    import resource
+
+    which = resource.RLIMIT_DATA if limit_kind == "data" else resource.RLIMIT_AS
+    resource.setrlimit(which, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 2))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+_OOM_TEXT = re.compile(r"alloc|out of memory|not enough memory|cannot allocate|bad_alloc", re.I)
+
+
+def _child(argv: Sequence[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m registry.sandbox")
+    p.add_argument("--kind", required=True, choices=["exported_program", "aoti"])
+    p.add_argument("--archive-name", required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--memory", type=int, required=True)
+    p.add_argument("--limit", choices=["as", "data"], default="as")
+    p.add_argument("--seconds", type=int, required=True)
+    p.add_argument("--import", dest="imports", action="append", default=[])
+    p.add_argument("--load-library", dest="libraries", action="append", default=[])
+    p.add_argument("path")
+    a = p.parse_args(argv)
+    _set_limits(a.memory, a.limit, a.seconds)
+    try:
+        from . import torchrt, torchrt_dispatch
+
+        torchrt.load_libraries(a.libraries)
+        torchrt.import_modules(a.imports)
+        if a.kind == "aoti":
+            torchrt_dispatch.load_aoti(a.path, a.archive_name, a.device)
+        else:
+            ep = torchrt.load_exported_program(a.path, a.archive_name)
+            torchrt.restore_guards(ep).module()
+    except MemoryError as exc:
+        print(f"MemoryError: {exc}", file=sys.stderr)
+        return _RC_OOM
+    except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        cause = exc.__cause__
+        if isinstance(cause, MemoryError) or _OOM_TEXT.search(text) or (
+                cause is not None and _OOM_TEXT.search(str(cause))):
+            print(f"{type(exc).__name__}: {text[:300]}", file=sys.stderr)
+            return _RC_OOM
+        print(f"{type(exc).__name__}: {text[:300]}", file=sys.stderr)
+        return _RC_ERROR
+    print(_OK_LINE, flush=True)
+    return _RC_OK
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
