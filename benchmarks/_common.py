@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 OUT = BENCH / "out"
-MODELS = OUT / "models"
+MODELS = OUT / "models-v2"  # bumped whenever the bundler's output bytes change (v2: canonical programs)
 PYTHON = sys.executable
 PT2REG = str(Path(sys.executable).parent / "pt2reg")
 

@@ -172,9 +172,9 @@ class Registry:
         for a in aliases:
             validate_alias(a)
         bundle = BundleFile.open(bundle_path)
-        check_bundle_programs(bundle)  # torch will only ever read what the loader can vet
         manifest = bundle.manifest
         sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
+        check_bundle_programs(bundle)  # torch will only ever read what the loader can vet
         parts = bundle_parts(bundle)
         pending = self.meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
                                           host=hostname(), pid=os.getpid())
@@ -338,7 +338,8 @@ class Registry:
         """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
 
         With ``require_signature`` (public key paths), the version must carry a valid signature
-        by one of them, checked before anything is written.
+        by one of them, checked before anything is written. The trust policy is enforced by
+        ``materialize`` first (exit 5 naming the model and the missing signer).
         """
         parsed = Ref.parse(ref)
         src = self.materialize(parsed, progress=progress)

@@ -92,7 +92,7 @@ class LoadedProgram:
         if guards:  # export guards, evaluated by registry.pt2.guards (torch never exec()s them)
             from .pt2.guards import GuardFailure, check_guards
 
-            names = list(self.spec.raw.get("forward_arg_names") or [])
+            names = list(self.spec.raw.get("forward_arg_names") or [i["name"] for i in self.spec.inputs])
             env: dict[str, Any] = dict(zip(names, args))
             env.update(kwargs)
             env.setdefault("flat_args", list(flat))
@@ -310,13 +310,13 @@ def _default_sandbox() -> Any:
     return SandboxConfig.from_env(Settings.resolve().cache_dir)
 
 
-def _vet_in_sandbox(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
-                    sandbox: Any) -> str:
-    """First load on this machine of a program no trusted key signed: torch deserializes it in a
-    limited subprocess first (``registry.sandbox``); exit 5 when that crashes or runs out."""
-    from .sandbox import vet_program
+def _vet_in_sandbox(src: MaterializedBundle, chosen: Sequence[tuple[ProgramSpec, Variant]], device: str,
+                    sandbox: Any) -> dict[str, str]:
+    """First load on this machine of programs no trusted key signed: torch deserializes them in
+    one limited subprocess first (``registry.sandbox``); exit 5 when that crashes or runs out."""
+    from .sandbox import vet_programs
 
-    return vet_program(src, spec, variant, device, sandbox)
+    return vet_programs(src, chosen, device, sandbox)
 
 
 def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target: Target | None = None,
@@ -378,16 +378,18 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
             raise UnsafeArchiveError(f"{_pickle_message(v.program, v.member, v.tensors, 'pickled tensors')}; "
                                      f"refusing to load it", member=v.member, hint="pass --trust-pickle "
                                      "(trust_pickle=True) only if you trust the publisher")
-    if sandbox is None:
-        sandbox = _default_sandbox()
-    loaded = {}
+    chosen = []
     for name in wanted:
         spec = src.manifest.programs[name]
         variant, reason = choose_variant(spec, target, device, allow_native=allow_native)
         if variant is None:  # the aoti-target rule already failed the report; kept for safety
             raise IncompatibleError(f"program {name!r}: {reason}", findings=list(report.findings))
-        _vet_in_sandbox(src, spec, variant, device, sandbox)
-        loaded[name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))
+        chosen.append((spec, variant))
+    # right before torch reads them here: once per machine, in a limited subprocess (all at once)
+    _vet_in_sandbox(src, chosen, device, sandbox if sandbox is not None else _default_sandbox())
+    loaded = {}
+    for spec, variant in chosen:
+        loaded[spec.name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))
     return LoadedBundle(src, report, target, device, loaded)
 
 

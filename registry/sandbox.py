@@ -5,11 +5,13 @@ the same deserialization torch will run in-process (``torchrt.load_exported_prog
 ``restore_guards(...).module()``, or ``load_aoti`` for an allowed AOTInductor variant) in a child
 ``python -m registry.sandbox`` with an address-space limit (``RLIMIT_AS``; ``RLIMIT_DATA`` on a
 CUDA/ROCm build of torch, whose driver reserves huge address ranges), a CPU-time limit
-(``RLIMIT_CPU``), no core dumps and a wall-clock timeout. Only when the child finishes cleanly is
-the program loaded in the caller's process, and the verdict is remembered by the program
-member's sha256 (with the torch version) in ``HOME/cache/vetted/<hex>.json``, so later loads
-cost one small file read. A crash, an exhausted limit or a torch error in the child is exit 5,
-one line, and the caller never deserializes the program.
+(``RLIMIT_CPU``), no core dumps and a wall-clock timeout; the new programs of one load share one
+child, deserialized one after another, and the limits scale with their number and size. Only
+when the child finishes cleanly is the program loaded in the caller's process, and the verdict
+is remembered by the program member's sha256 (with the torch version) in
+``HOME/cache/vetted/<hex>.json``, so later loads cost one small file read. A crash, an
+exhausted limit or a torch error in the child is exit 5, one line, and the caller never
+deserializes the program.
 
 The child receives paths and names only, never pickles, and no flag wider than the caller's:
 the modules and op libraries the caller imported (``--import``, ``--load-library``, and any
@@ -18,8 +20,8 @@ chose that variant.
 
 Settings (environment): ``PT2REG_SANDBOX`` = ``on`` (default) | ``off``;
 ``PT2REG_SANDBOX_MEMORY`` = address-space limit in bytes or with a K/M/G suffix (default 4 GiB
-plus 3x the program file's size); ``PT2REG_SANDBOX_SECONDS`` = CPU and wall-clock limit
-(default 120).
+plus 3x the program files' size); ``PT2REG_SANDBOX_SECONDS`` = CPU and wall-clock limit per
+program (default 120).
 
 What it catches: a deserializer that crashes (segfault, abort), allocates without bound, or
 spins. What it does not: an exploit that stays within the limits and behaves the same in the
@@ -34,12 +36,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["SandboxConfig", "vet_program", "ENV_SANDBOX", "ENV_SANDBOX_MEMORY", "ENV_SANDBOX_SECONDS",
-           "parse_size", "vetted_path"]
+__all__ = ["SandboxConfig", "vet_program", "vet_programs", "ENV_SANDBOX", "ENV_SANDBOX_MEMORY",
+           "ENV_SANDBOX_SECONDS", "parse_size", "vetted_path"]
 
 ENV_SANDBOX = "PT2REG_SANDBOX"
 ENV_SANDBOX_MEMORY = "PT2REG_SANDBOX_MEMORY"
@@ -157,49 +159,82 @@ def vet_program(src: Any, spec: Any, variant: Any, device: str, config: SandboxC
     """Make sure torch can deserialize ``variant`` of ``spec`` in a limited child before the caller
     does. Returns "off", "trusted", "cached" or "vetted"; raises IntegrityError (exit 5) when the
     child crashed, ran out of memory or time, or torch refused the program there."""
+    return vet_programs(src, [(spec, variant)], device, config)[spec.name]
+
+
+def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
+                 config: SandboxConfig) -> dict[str, str]:
+    """``vet_program`` for several programs of one bundle at once: the ones not vetted yet are
+    deserialized one after another in a single child (one python + torch start for all).
+    Returns program name -> "off" | "trusted" | "cached" | "vetted"."""
     if not config.enabled:
-        return "off"
+        return {spec.name: "off" for spec, _ in items}
     if getattr(src, "trusted_signers", ()):
-        return "trusted"
-    member = next((m for m in src.manifest.members if m.path == variant.member), None)
-    path = src.member_file(variant.member)
-    member_digest = member.digest if member is not None else _file_digest(path)
+        return {spec.name: "trusted" for spec, _ in items}
     torch_version = _torch_version()
-    entry = _entry(variant.kind, variant.archive_name, device)
-    record = vetted_path(config, member_digest)
-    if _is_vetted(record, entry, torch_version):
-        return "cached"
-    size = os.path.getsize(path)
-    memory = config.memory or DEFAULT_MEMORY_BASE + 3 * size
+    digests = {m.path: m.digest for m in src.manifest.members}
+    out: dict[str, str] = {}
+    todo = []   # (spec, variant, path, record, entry)
+    for spec, variant in items:
+        path = src.member_file(variant.member)
+        record = vetted_path(config, digests.get(variant.member) or _file_digest(path))
+        entry = _entry(variant.kind, variant.archive_name, device)
+        if _is_vetted(record, entry, torch_version):
+            out[spec.name] = "cached"
+        else:
+            todo.append((spec, variant, path, record, entry))
+    if not todo:
+        return out
+    sizes = sum(os.path.getsize(t[2]) for t in todo)
+    memory = config.memory or DEFAULT_MEMORY_BASE + 3 * sizes
+    seconds = config.seconds * len(todo)
     limit_kind = "data" if _gpu_build() else "as"
-    cmd = [sys.executable, "-m", "registry.sandbox", "--kind", variant.kind, "--archive-name",
-           variant.archive_name, "--device", device, "--memory", str(memory), "--limit", limit_kind,
-           "--seconds", str(int(config.seconds + 0.999))]
+    cmd = [sys.executable, "-m", "registry.sandbox", "--device", device, "--memory", str(memory),
+           "--limit", limit_kind, "--seconds", str(int(seconds + 0.999))]
     for mod in config.imports:
         cmd += ["--import", mod]
     for lib in _libraries(config):
         cmd += ["--load-library", lib]
-    cmd += ["--", str(path)]
+    for _, variant, path, _, _ in todo:
+        cmd += ["--program", variant.kind, variant.archive_name, str(path)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_SANDBOX] = "off"  # the child never recurses
-    what = f"program {spec.name!r} of {src.label or src.digest}"
+    label = src.label or src.digest
     started = time.monotonic()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-                              timeout=config.seconds + 5, errors="replace")
-    except subprocess.TimeoutExpired:
-        _refuse(what, f"took longer than {config.seconds:g} s (wall clock)",
+                              timeout=seconds + 5, errors="replace")
+    except subprocess.TimeoutExpired as exc:
+        ok = _oks(exc.stdout)
+        _remember_all(todo[:ok], torch_version)
+        _refuse(f"program {todo[min(ok, len(todo) - 1)][0].name!r} of {label}",
+                f"took longer than {seconds:g} s (wall clock)", "",
                 f"raise {ENV_SANDBOX_SECONDS} if the program is genuinely that slow to load")
     except OSError as exc:
-        _refuse(what, f"could not be started ({exc.strerror or exc})",
+        _refuse(f"program {todo[0][0].name!r} of {label}", "could not start", f"({exc.strerror or exc})",
                 f"{ENV_SANDBOX}=off skips this check (not recommended for unsigned programs)")
-    verdict = _verdict(done, memory, config.seconds, time.monotonic() - started)
+    ok = _oks(done.stdout)
+    verdict = _verdict(done, memory, seconds, time.monotonic() - started, len(todo))
+    if verdict is None or ok < len(todo):  # a failure after the last program: nothing is vetted
+        _remember_all(todo[:ok], torch_version)  # those deserialized cleanly before the failure
     if verdict is not None:
-        _refuse(what, *verdict)
-    _remember(record, entry, torch_version)
-    return "vetted"
+        _refuse(f"program {todo[min(ok, len(todo) - 1)][0].name!r} of {label}", *verdict)
+    out.update({t[0].name: "vetted" for t in todo})
+    return out
+
+
+def _oks(stdout: Any) -> int:
+    """How many programs the child reported as deserialized cleanly."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode("utf-8", "replace")
+    return sum(1 for ln in (stdout or "").splitlines() if ln.startswith(_OK_LINE))
+
+
+def _remember_all(done: Sequence[tuple[Any, Any, Path, Path, str]], torch_version: str) -> None:
+    for _, _, _, record, entry in done:
+        _remember(record, entry, torch_version)
 
 
 def _file_digest(path: Path) -> str:
@@ -214,18 +249,19 @@ def _gib(n: int) -> str:
 
 
 def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
-             elapsed: float) -> tuple[str, str] | None:
-    """None when the child deserialized the program cleanly, else (what happened, what to do)."""
+             elapsed: float, expected: int = 1) -> tuple[str, str, str] | None:
+    """None when the child deserialized every program cleanly, else (what torch did, detail,
+    what to do)."""
     rc = done.returncode
     last = next((ln.strip() for ln in reversed((done.stderr or "").splitlines()) if ln.strip()), "")
-    if rc == _RC_OK and _OK_LINE in (done.stdout or ""):
+    if rc == _RC_OK and _oks(done.stdout) == expected:
         return None
     mem_fix = f"raise {ENV_SANDBOX_MEMORY} (now {_gib(memory)}) if the program is genuinely that large"
     if rc == _RC_OOM:
-        return f"ran out of memory (limit {_gib(memory)}): {last[:200]}", mem_fix
+        return "ran out of memory", f"(limit {_gib(memory)}): {last[:200]}", mem_fix
     if rc == _RC_ERROR:
-        return f"failed: {last[:300]}", ("if it needs custom ops, pass --import/--load-library; "
-                                         "otherwise the program is damaged or hostile")
+        return "failed", f": {last[:300]}", ("if it needs custom ops, pass --import/--load-library; "
+                                             "otherwise the program is damaged or hostile")
     if rc < 0:
         sig = -rc
         try:
@@ -233,22 +269,21 @@ def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
         except ValueError:
             sname = f"signal {sig}"
         if sig == getattr(signal, "SIGXCPU", -1) or (sig == signal.SIGKILL and elapsed >= seconds - 0.5):
-            return (f"used more than {seconds:g} s of CPU",
+            return ("used more than its CPU time", f"({seconds:g} s)",
                     f"raise {ENV_SANDBOX_SECONDS} if the program is genuinely that slow to load")
         if sig == signal.SIGKILL:
-            return f"was killed ({sname}; out of memory?)", mem_fix
-        return f"crashed ({sname})", "the program is damaged or hostile; nothing was loaded"
-    return (f"crashed (exit {rc}{': ' + last[:200] if last else ''})",
-            "the program is damaged or hostile; nothing was loaded")
+            return "was killed", f"({sname}; out of memory?)", mem_fix
+        return f"crashed ({sname})", "", "the program is damaged or hostile"
+    return (f"crashed (exit {rc})", f": {last[:200]}" if last else "", "the program is damaged or hostile")
 
 
-def _refuse(what: str, happened: str, fix: str) -> None:
+def _refuse(what: str, verb: str, detail: str, fix: str) -> None:
+    """``torch crashed (SIGSEGV) deserializing program 'x' of m@3 in the sandbox; ...``"""
     from .errors import UnsafeArchiveError
 
-    verb = "ran out of memory" if happened.startswith("ran out of memory") else None
-    text = (f"torch {verb} deserializing {what} in the sandbox{happened[len('ran out of memory'):]}"
-            if verb else f"torch deserializing {what} in the sandbox {happened}")
-    raise UnsafeArchiveError(f"{text}; it was not loaded", hint=fix)
+    detail = detail if not detail or detail.startswith(":") else " " + detail
+    raise UnsafeArchiveError(f"torch {verb} deserializing {what} in the sandbox{detail}; it was not loaded",
+                             hint=fix)
 
 
 # ------------------------------------------------------------------------------------ the child
@@ -269,27 +304,30 @@ def _child(argv: Sequence[str]) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m registry.sandbox")
-    p.add_argument("--kind", required=True, choices=["exported_program", "aoti"])
-    p.add_argument("--archive-name", required=True)
+    p.add_argument("--program", dest="programs", nargs=3, action="append", required=True,
+                   metavar=("KIND", "ARCHIVE_NAME", "PATH"), help="exported_program|aoti, name, file")
     p.add_argument("--device", default="cpu")
     p.add_argument("--memory", type=int, required=True)
     p.add_argument("--limit", choices=["as", "data"], default="as")
     p.add_argument("--seconds", type=int, required=True)
     p.add_argument("--import", dest="imports", action="append", default=[])
     p.add_argument("--load-library", dest="libraries", action="append", default=[])
-    p.add_argument("path")
     a = p.parse_args(argv)
+    if any(kind not in ("exported_program", "aoti") for kind, _, _ in a.programs):
+        p.error("KIND must be exported_program or aoti")
     _set_limits(a.memory, a.limit, a.seconds)
     try:
         from . import torchrt, torchrt_dispatch
 
         torchrt.load_libraries(a.libraries)
         torchrt.import_modules(a.imports)
-        if a.kind == "aoti":
-            torchrt_dispatch.load_aoti(a.path, a.archive_name, a.device)
-        else:
-            ep = torchrt.load_exported_program(a.path, a.archive_name)
-            torchrt.restore_guards(ep).module()
+        for kind, archive_name, path in a.programs:
+            if kind == "aoti":
+                loaded: Any = torchrt_dispatch.load_aoti(path, archive_name, a.device)
+            else:
+                loaded = torchrt.restore_guards(torchrt.load_exported_program(path, archive_name)).module()
+            del loaded  # one at a time
+            print(_OK_LINE, flush=True)
     except MemoryError as exc:
         print(f"MemoryError: {exc}", file=sys.stderr)
         return _RC_OOM
@@ -302,7 +340,6 @@ def _child(argv: Sequence[str]) -> int:
             return _RC_OOM
         print(f"{type(exc).__name__}: {text[:300]}", file=sys.stderr)
         return _RC_ERROR
-    print(_OK_LINE, flush=True)
     return _RC_OK
 
 

@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures_registry",
     "tests.integration.conftest_models",
     "tests.big_bundle",
+    "tests.cli_inprocess",
 ]
 
 

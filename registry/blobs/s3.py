@@ -109,7 +109,9 @@ class S3BlobStore:
         Returns False (and uploads nothing) when the blob is already stored intact (its stored
         ``ChecksumSHA256`` is this digest; anything else is replaced).
         """
-        if self._checksum_state(digest, length) is True:
+        with open_range(path, offset, length) as (_src, length):  # NotFoundError if missing
+            pass
+        if self._stored_intact(path, Part(digest, offset, length)):
             return False
         with open_range(path, offset, length) as (src, length):
             self._upload(VerifyingReader(src, digest, size=length), digest, length, progress)
@@ -143,14 +145,7 @@ class S3BlobStore:
             # skipped only when the stored object provably holds these bytes (its SHA-256
             # checksum, kept by S3, is the digest); same size is not enough: a planted or
             # damaged object is replaced
-            state = self._checksum_state(part.digest, part.size)
-            if state is True:
-                check_range(path, part)
-            elif state and _composite_of_range(path, part, state[1]) == state[0]:
-                pass  # multipart: its per-part SHA-256s match the verified local bytes
-            else:
-                state = None
-            if state is not None:
+            if self._stored_intact(path, part):
                 if progress is not None:
                     progress(part.size)
                 return 0, part.size
@@ -199,6 +194,16 @@ class S3BlobStore:
                 raise
             return False
         return True
+
+    def _stored_intact(self, path: str | os.PathLike, part: Part) -> bool:
+        """True when the object stored under ``part.digest`` provably holds ``part``'s bytes of
+        ``path`` (which are verified against the digest on the way)."""
+        state = self._checksum_state(part.digest, part.size)
+        if state is True:
+            check_range(path, part)
+            return True
+        # multipart: its per-part SHA-256s must match the verified local bytes
+        return bool(state) and _composite_of_range(path, part, state[1]) == state[0]
 
     def _checksum_state(self, digest: str, size: int | None) -> bool | tuple[str, int] | None:
         """What the store holds under ``digest``: True when it provably is those bytes (size

@@ -7,7 +7,7 @@ import click
 
 from . import cli
 from ._core import App, emit_json, pass_app
-from .render import console, esc
+from .render import clean, console, esc
 
 __all__ = ["lineage", "audit", "lineage_dot"]
 
@@ -26,6 +26,7 @@ def node_json(n: Any) -> dict[str, Any]:
 
 def _quote(text: str) -> str:
     """A DOT string literal; a newline in ``text`` becomes DOT's centred line break."""
+    text = "\n".join(clean(line) for line in text.split("\n"))  # no raw control characters
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return '"' + escaped + '"'
 

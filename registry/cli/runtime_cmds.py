@@ -195,7 +195,8 @@ def _print_report(src: Any, t: Any, device: str, report: Any) -> None:
         for col in ("", "code", "program", "finding", "fix"):
             table.add_column(col)
         for f in report.findings:
-            sev = {"error": "[red]error[/red]", "warning": "[yellow]warning[/yellow]"}.get(f.severity, "[dim]info[/dim]")
+            sev = {"error": "[red]error[/red]", "warning": "[yellow]warning[/yellow]"}.get(f.severity,
+                                                                                          "[dim]info[/dim]")
             table.add_row(sev, esc(f.code), esc(f.program or "-"), esc(f.message), esc(f.fix))
         out.print(table)
     verdict = "[green]compatible[/green]" if report.compatible else "[red]not compatible[/red]"

@@ -66,9 +66,25 @@ def effect_reason(namespace: str, name: str, args: Iterable[tuple[str, str, bool
     return None
 
 
-def _schemas() -> Iterable[Any]:
-    import torch  # noqa: F401  (registers every built-in operator)
+#: torch modules that register operators from Python when imported (``streams::`` by dynamo,
+#: collectives by distributed, ...): imported before the rule runs so their ops are covered.
+_REGISTERING_MODULES = (
+    "torch._dynamo", "torch._higher_order_ops", "torch._prims", "torch._refs", "torch.export",
+    "torch._export.serde.serialize", "torch.distributed", "torch.distributed._functional_collectives",
+    "torch.distributed.tensor", "torch._inductor.lowering", "torch.ao.quantization", "torch._library",
+)
 
+
+def _schemas() -> Iterable[Any]:
+    import importlib
+
+    import torch  # registers every built-in C++ operator
+
+    for name in _REGISTERING_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional part of torch (no distributed build ...)
+            pass
     return torch._C._jit_get_all_schemas()  # private, stable since 1.x
 
 

@@ -81,15 +81,14 @@ class Pt2Archive:
 
 
 def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    stack = [(value, 0)]
+    stack = [(value, 0)] if isinstance(value, (dict, list)) else []
     while stack:
         v, d = stack.pop()
         if d > limit * 4:
             return False
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
+        for x in (v.values() if isinstance(v, dict) else v):
+            if isinstance(x, (dict, list)):
+                stack.append((x, d + 1))
     return True
 
 
@@ -167,22 +166,12 @@ def _check_allowlist(rel: dict[str, ZipEntry], where: str) -> None:
                                          member=name)
 
 
-def _check_canonical_json(path: str, rel: dict[str, ZipEntry], where: str) -> None:
+def _check_canonical_json(configs: "_JsonMembers") -> None:
     """In a bundle, every JSON member torch parses is the canonical serialization of its value:
-    no duplicate keys, comments-by-whitespace or alternative spellings two parsers could read
-    differently."""
-    for name, entry in rel.items():
-        if not is_json_member(name):
-            continue
-        data = read_entry_bytes(path, entry, max_size=MAX_GRAPH_JSON_BYTES, where=where)
-        value = load_json_member(path, entry, where=where, max_size=MAX_GRAPH_JSON_BYTES, data=data)
-        try:
-            ok = canonical_json(value) == data
-        except ValueError:
-            ok = False
-        if not ok:
-            raise UnsafeArchiveError(f"{where}: member {name!r} is not canonical JSON", member=name,
-                                     hint="rebuild the bundle with `pt2reg bundle`")
+    no duplicate keys, whitespace or alternative spellings two parsers could read differently."""
+    for name in configs.rel:
+        if is_json_member(name):
+            configs.get(name)
 
 
 def _int_field(value: Any) -> int | None:
@@ -261,18 +250,32 @@ def _check_payloads(rel: dict[str, ZipEntry], configs: "_JsonMembers", where: st
 
 
 class _JsonMembers:
-    """Small JSON members (weights and constants configs), each parsed at most once."""
+    """JSON members (graphs, weights and constants configs), each read and parsed at most once.
+    With ``canonical``, each must also be the canonical serialization of its value."""
 
-    def __init__(self, path: str, rel: dict[str, ZipEntry], where: str) -> None:
-        self.path, self.rel, self.where = path, rel, where
+    def __init__(self, path: str, rel: dict[str, ZipEntry], where: str, canonical: bool = False) -> None:
+        self.path, self.rel, self.where, self.canonical = path, rel, where, canonical
         self._parsed: dict[str, Any] = {}
 
     def get(self, name: str) -> Any:
         """The parsed member, or None when the archive has no such member."""
         if name not in self._parsed:
             entry = self.rel.get(name)
-            self._parsed[name] = load_json_member(self.path, entry, where=self.where) if entry else None
+            self._parsed[name] = self._load(entry) if entry else None
         return self._parsed[name]
+
+    def _load(self, entry: ZipEntry) -> Any:
+        data = read_entry_bytes(self.path, entry, max_size=MAX_GRAPH_JSON_BYTES, where=self.where)
+        value = load_json_member(self.path, entry, where=self.where, data=data)
+        if self.canonical:
+            try:
+                ok = canonical_json(value) == data
+            except ValueError:
+                ok = False
+            if not ok:
+                raise UnsafeArchiveError(f"{self.where}: member {entry.name!r} is not canonical JSON",
+                                         member=entry.name, hint="rebuild the bundle with `pt2reg bundle`")
+        return value
 
 
 def _config_items(configs: _JsonMembers, name: str) -> list[dict[str, Any]]:
@@ -345,19 +348,19 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
         if ".data/serialization_id" in rel:
             raise UnsafeArchiveError(f"{where}: not a canonical program archive: it keeps torch's per-save id",
                                      member=".data/serialization_id")
-        if portable:
-            _check_canonical_json(path, rel, where)
-    configs = _JsonMembers(path, rel, where)
+    configs = _JsonMembers(path, rel, where, canonical=canonical)
+    if canonical and portable:
+        _check_canonical_json(configs)
     if portable:
         _check_payloads(rel, configs, where)
     programs: dict[str, dict[str, Any]] = {}
     for name, entry in rel.items():
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
             prog = name[len("models/"):-len(".json")]
-            model = load_json_member(path, entry, where=where, max_size=MAX_GRAPH_JSON_BYTES)
+            model = configs.get(name)
             unsafe = unsafe_in_graph(model)
             if unsafe:
-                raise UnsafeArchiveError(f"{where}: program {prog!r} would run code while loading: {unsafe}",
+                raise UnsafeArchiveError(f"{where}: program {prog!r} is refused before torch reads it: {unsafe}",
                                          member=name, hint="the graph was not written by torch.export; "
                                          "do not load this file")
             try:

@@ -14,13 +14,21 @@ access), and each node target must be an operator (``torch.ops.ns.op.overload``)
 op, a symbolic-shape helper or one of the few pre-dispatch wrappers torch itself writes.
 Everything else is refused with the program and the offending text. Pure functions over parsed
 JSON; no torch, no sympy.
+
+Beyond those two, the whole program is validated (issue 14; ``check_program``): it must be an
+``ExportedProgram`` of torch's serde schema (``serde_schema.py``, nothing undeclared); every
+name torch.fx pastes into generated Python is an identifier; attribute paths, type names,
+node metadata, treespecs and ``guards_code`` (``guards.py``) are each in their grammar;
+operators acting outside tensor memory are refused (``op_effects.py``); and size expressions
+are bounded in terms, symbols and sympy cost before sympy sees them (``_ExprBudget``).
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Iterator
 
-__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts", "sympy_call_allowed"]
+__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
+           "sympy_call_allowed", "check_program", "check_op_effects"]
 
 _MAX_EXPR_CHARS = 8192
 _MAX_EXPR_DEPTH = 64
@@ -306,6 +314,8 @@ def unsafe_in_graph(model: Any) -> str | None:
             check_program(model)
     except GraphSafetyError as exc:
         return str(exc)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+        return f"malformed graph ({type(exc).__name__}: {_clip(str(exc))})"  # refused, never passed on
     return None
 
 
@@ -542,7 +552,10 @@ def _guards_list(value: Any) -> str | None:
 
 
 def _printable(text: str, *, newlines: bool) -> bool:
-    return all(c.isprintable() or c == "\t" or (newlines and c == "\n") for c in text)
+    if text.isprintable():
+        return True
+    text = text.replace("\t", "")
+    return (text.replace("\n", "") if newlines else text).isprintable()
 
 
 def _json_value(text: str, what: str, limit: int) -> tuple[Any, str | None]:
@@ -573,6 +586,8 @@ def _node_metadata(node: Any) -> str | None:
     for key, value in meta.items():
         if key not in NODE_METADATA_KEYS:
             return f"node metadata key {_clip(key)} is not one torch writes ({', '.join(sorted(NODE_METADATA_KEYS))})"
+        if not isinstance(value, str):
+            continue  # the schema walk refuses it with its path
         reason = _metadata_value(key, value)
         if reason:
             return f"metadata[{key!r}]: {reason}"
@@ -627,6 +642,8 @@ def _graph_module(gm: Any) -> str | None:
     for key, value in (meta or {}).items() if isinstance(meta, dict) else ():
         if key not in GRAPH_MODULE_METADATA_KEYS:
             return f"graph module metadata key {_clip(key)} is not one torch writes"
+        if not isinstance(value, str):
+            continue  # the schema walk refuses it with its path
         _, reason = _json_value(value, f"graph module metadata[{key!r}]", MAX_META_JSON)
         if reason:
             return reason

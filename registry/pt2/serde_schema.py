@@ -217,11 +217,49 @@ def _installed_torch_version() -> str | None:
         return None
 
 
-def generate_installed() -> dict[str, Any]:
-    import yaml  # only to regenerate (a torch dependency)
+def parse_schema_yaml(text: str) -> dict[str, Any]:
+    """torch's generated ``schema.yaml`` (block mappings, ``- item`` lists, plain or single-quoted
+    scalars: all that file uses), parsed without a YAML library."""
+    lines = [(len(ln) - len(ln.lstrip(" ")), ln.strip()) for ln in text.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
 
-    with open(torch_schema_yaml(), encoding="utf-8") as f:
-        return generate(yaml.safe_load(f), _installed_torch_version())
+    def block(i: int, indent: int) -> tuple[Any, int]:
+        if lines[i][1].startswith("- "):
+            items = []
+            while i < len(lines) and lines[i][0] == indent and lines[i][1].startswith("- "):
+                items.append(_scalar(lines[i][1][2:].strip()))
+                i += 1
+            return items, i
+        out: dict[str, Any] = {}
+        while i < len(lines) and lines[i][0] == indent and not lines[i][1].startswith("- "):
+            key, _, value = lines[i][1].partition(":")
+            i += 1
+            if value.strip():
+                out[key.strip()] = _scalar(value.strip())
+            elif i < len(lines) and (lines[i][0] > indent or lines[i][1].startswith("- ")):
+                out[key.strip()], i = block(i, lines[i][0])
+            else:
+                out[key.strip()] = None
+        return out, i
+
+    value, end = block(0, lines[0][0]) if lines else ({}, 0)
+    if end != len(lines):
+        raise ValueError(f"schema.yaml: unexpected line {lines[end][1]!r}")
+    return value
+
+
+def _scalar(text: str) -> Any:
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
+
+
+def generate_installed() -> dict[str, Any]:
+    """The document for the installed torch (located, not imported)."""
+    return generate(parse_schema_yaml(torch_schema_yaml().read_text(encoding="utf-8")),
+                    _installed_torch_version())
 
 
 def main() -> None:

@@ -616,7 +616,7 @@ class SqlMetadataStore:
         ``is_alive(claim, now)`` judges each claim against the database's clock; the claims it
         finds dead are deleted in this same transaction, *before* any blob, so a stalled push
         whose blobs go finds its claim gone when it publishes (and records nothing), never a
-        version whose blobs were swept. Their ids are appended to ``released``. Each deletion
+        version whose blobs were swept. ``released`` is set to their ids. Each deletion
         is recorded as a ``gc.delete`` audit event in the same transaction.
         """
         wanted = list(candidates)

@@ -17,35 +17,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from registry.archive.bundle import BundleFile
 from registry.archive.zipsafe import read_canonical_entries
-from registry.cli import cli
 from registry.errors import UnsafeArchiveError
+from tests.cli_inprocess import push_unchecked, refused
 from tests.hostile import (bundle_with_raw_member, canonical_pt2_bytes, evil_pickle,
                            pt2_with_pickled_constant, pt2_with_sympy_payload, read_json_member, rewrite_pt2)
 
 MEMBER = "programs/decoder.pt2"
-
-
-@pytest.fixture
-def pt2reg(tmp_path: Path):
-    runner = CliRunner()
-    home = tmp_path / "home"
-
-    def invoke(*args):
-        return runner.invoke(cli, ["--home", str(home), *map(str, args)], catch_exceptions=False)
-
-    invoke.home = home
-    return invoke
-
-
-def one_line(result) -> str:
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -132,41 +112,19 @@ LAYOUT_ATTACKS = {
 }
 
 
-def _refused(result, *needles: str) -> str:
-    assert result.exit_code == 5, (result.exit_code, result.output)
-    line = one_line(result)
-    for needle in needles:
-        assert needle in line, line
-    return line
-
-
-def _push_unchecked(home: Path, bundle: Path, name: str, monkeypatch) -> None:
-    """Publish without the push-time program checks: what a hostile or older client, or anyone
-    with write access to the database and store, can leave in a registry."""
-    import registry.client as client_mod
-    from registry.client import Registry
-    from registry.config import Settings
-
-    monkeypatch.setattr(client_mod, "check_bundle_programs", lambda bundle: None)
-    monkeypatch.setenv("PT2REG_HOME", str(home))
-    reg = Registry(Settings.resolve())
-    reg.push(bundle, name)
-    monkeypatch.undo()
-
-
 @pytest.mark.parametrize("attack", sorted(LAYOUT_ATTACKS))
 def test_non_canonical_zip_is_refused_everywhere(pt2reg, bundles, good, tmp_path, marker, monkeypatch, attack):
     craft, words = LAYOUT_ATTACKS[attack]
     data = craft(good)
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, data, canonical=False)
-    _refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, words)
+    refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, words)
     assert pt2reg("list", "--json").exit_code == 0
     assert "team/crafted" not in pt2reg("list", "--json").stdout
     for args in (("verify", crafted), ("run", crafted, "--samples"), ("run", crafted, "--trust-pickle", "--samples")):
-        _refused(pt2reg(*args), "decoder", MEMBER)
-    _push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
+        refused(pt2reg(*args), "decoder", MEMBER)
+    push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
     for args in (("verify", "team/crafted@1"), ("run", "team/crafted@1", "--samples")):
-        _refused(pt2reg(*args), "decoder", MEMBER, words)
+        refused(pt2reg(*args), "decoder", MEMBER, words)
     import registry
 
     monkeypatch.setenv("PT2REG_HOME", str(pt2reg.home))
@@ -221,21 +179,21 @@ MEMBER_ATTACKS = ["case_below_first_folder", "case_file_name", "unreferenced_wei
 
 
 @pytest.mark.parametrize("kind", MEMBER_ATTACKS)
-def test_members_outside_the_allowlist_are_refused(pt2reg, pt2_dir, bundles, tmp_path, marker, monkeypatch, kind):
+def test_members_outside_the_allowlist_arerefused(pt2reg, pt2_dir, bundles, tmp_path, marker, monkeypatch, kind):
     evil, needle = _member_attack(kind, pt2_dir / "decoder.pt2", tmp_path / "evil.pt2", marker)
     out = tmp_path / "x.pt2b"
-    _refused(pt2reg("bundle", f"decoder={evil}", "--sample", f"decoder={pt2_dir / 'decoder_inputs.pt'}",
+    refused(pt2reg("bundle", f"decoder={evil}", "--sample", f"decoder={pt2_dir / 'decoder_inputs.pt'}",
                     "-o", out), needle)
     assert not out.exists()
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, evil.read_bytes())
-    _refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, needle)
+    refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, needle)
     for args in (("verify", crafted), ("run", crafted, "--samples", "--trust-pickle")):
-        _refused(pt2reg(*args), "decoder", needle)
-    _push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
-    _refused(pt2reg("run", "team/crafted@1", "--samples", "--trust-pickle"), "decoder", needle)
+        refused(pt2reg(*args), "decoder", needle)
+    push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
+    refused(pt2reg("run", "team/crafted@1", "--samples", "--trust-pickle"), "decoder", needle)
 
 
-def test_aoti_package_labelled_portable_is_refused(pt2reg, bundles, tmp_path):
+def test_aoti_package_labelled_portable_isrefused(pt2reg, bundles, tmp_path):
     """A member the manifest calls a portable program but that is an AOTInductor package
     (torch would dlopen its library) is refused for what it is."""
     import io
@@ -247,8 +205,8 @@ def test_aoti_package_labelled_portable_is_refused(pt2reg, bundles, tmp_path):
                            ("x/archive_format", b"pt2"), ("x/archive_version", b"0")):
             z.writestr(name, data)
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, out.getvalue())
-    _refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, "AOTInductor package")
-    _refused(pt2reg("run", crafted, "--samples", "--trust-pickle"), "decoder", "AOTInductor package")
+    refused(pt2reg("push", crafted, "--name", "team/crafted"), MEMBER, "AOTInductor package")
+    refused(pt2reg("run", crafted, "--samples", "--trust-pickle"), "decoder", "AOTInductor package")
 
 
 # ----------------------------------------------------------------- payload sizes (class 7, bombs)
@@ -287,12 +245,12 @@ def test_declared_shapes_must_match_stored_bytes(pt2reg, pt2_dir, bundles, tmp_p
 
     evil, fqn = _payload_attack(kind, pt2_dir / "decoder.pt2", tmp_path / "evil.pt2")
     out = tmp_path / "x.pt2b"
-    _refused(pt2reg("bundle", f"decoder={evil}", "-o", out), fqn)
+    refused(pt2reg("bundle", f"decoder={evil}", "-o", out), fqn)
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, evil.read_bytes())
-    _refused(pt2reg("push", crafted, "--name", "team/crafted"), fqn)
-    _push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
+    refused(pt2reg("push", crafted, "--name", "team/crafted"), fqn)
+    push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    _refused(pt2reg("run", "team/crafted@1", "--samples", "--trust-pickle"), "decoder", fqn)
+    refused(pt2reg("run", "team/crafted@1", "--samples", "--trust-pickle"), "decoder", fqn)
     # refused from the config alone: nothing close to the declared size was allocated
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024
 
@@ -302,14 +260,14 @@ def test_declared_shapes_must_match_stored_bytes(pt2reg, pt2_dir, bundles, tmp_p
 def test_trust_pickle_does_not_switch_off_graph_vetting(pt2reg, pt2_dir, bundles, tmp_path, marker, monkeypatch):
     evil = pt2_with_sympy_payload(pt2_dir / "decoder.pt2", tmp_path / "evil.pt2", marker)
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, evil.read_bytes())
-    _push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
+    push_unchecked(pt2reg.home, crafted, "team/crafted", monkeypatch)
     for args in (("run", crafted, "--samples", "--trust-pickle"), ("run", "team/crafted@1", "--trust-pickle", "--samples"),
                  ("verify", "team/crafted@1", "--trust-pickle")):
-        _refused(pt2reg(*args), "decoder", "would run code while loading")
+        refused(pt2reg(*args), "decoder", "is refused before torch reads it")
     import registry
 
     monkeypatch.setenv("PT2REG_HOME", str(pt2reg.home))
-    with pytest.raises(UnsafeArchiveError, match="would run code while loading"):
+    with pytest.raises(UnsafeArchiveError, match="is refused before torch reads it"):
         registry.load("team/crafted@1", trust_pickle=True)
 
 
@@ -320,7 +278,7 @@ def test_trust_pickle_permits_pickled_tensors_and_nothing_else(pt2reg, pt2_dir, 
     crafted = bundle_with_raw_member(bundles["ed"], tmp_path / "crafted.pt2b", MEMBER, evil.read_bytes())
     assert pt2reg("push", crafted, "--name", "team/crafted").exit_code == 0  # the loader decides
     for ref in (crafted, "team/crafted@1"):
-        _refused(pt2reg("run", ref, "--samples", "--trust-pickle"), "decoder", "pickled objects",
+        refused(pt2reg("run", ref, "--samples", "--trust-pickle"), "decoder", "pickled objects",
                  f"data/constants/{prefix}0")
         r = pt2reg("verify", ref, "--trust-pickle", "--json")
         doc = json.loads(r.stdout)

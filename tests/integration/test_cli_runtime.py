@@ -10,13 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
 from registry.archive.bundle import BundleFile  # noqa: E402
-from registry.cli import cli  # noqa: E402
 from registry.target import Target  # noqa: E402
+from tests.cli_inprocess import invoker, one_error_line
 from tests.integration.conftest_models import baked_source_line, run_cli_subprocess  # noqa: E402
 
 OP = "pt2reg_mylib::scale_add"
@@ -31,19 +30,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def pt2reg(home):
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli, ["--home", str(home), *map(str, args)], catch_exceptions=False)
-
-    return invoke
-
-
-def one_error_line(result) -> str:
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
+    return invoker(home)
 
 
 # ---------------------------------------------------------------------------------- target

@@ -14,7 +14,7 @@ from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_danglin
 def _craft(kind, pt2_dir, tmp_path, marker):
     src, dest = pt2_dir / "decoder.pt2", tmp_path / f"{kind}.pt2"
     if kind == "sympy":
-        return pt2_with_sympy_payload(src, dest, marker), "would run code while loading"
+        return pt2_with_sympy_payload(src, dest, marker), "is refused before torch reads it"
     if kind == "target":
         return pt2_with_node_target(src, dest, "torch.ops.load_library"), "torch.ops.load_library"
     if kind == "opaque_constant":

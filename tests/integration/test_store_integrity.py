@@ -458,7 +458,7 @@ def test_markup_and_control_characters_print_literally_in_every_view(reg_env, ho
     _assert_literal(r.stdout)
     assert "[red]evil[/red] [/x].pt2b" in r.stdout  # the file name too
 
-    r = pt2reg(reg_env, "push", hostile_bundle, "--name", "mk", "--run-id", "[/run]",
+    r = pt2reg(reg_env, "push", hostile_bundle, "--name", "mk", "--run-id", "[/run]\x1b[2J",
                "--dataset", "s3://[bold]d[/bold]", "--git-commit", "c" * 40, actor=actor)
     assert r.exit_code == 0, r.output
     r = pt2reg(reg_env, "show", "mk@1")
@@ -475,7 +475,10 @@ def test_markup_and_control_characters_print_literally_in_every_view(reg_env, ho
     assert "[b]root[/b]\\x1b[0m" in r.stdout and "\x1b" not in r.stdout
     r = pt2reg(reg_env, "lineage", "mk@1")
     assert r.exit_code == 0, r.output
-    assert "[/run]" in r.stdout and "s3://[bold]d[/bold]" in r.stdout
+    assert "[/run]\\x1b[2J" in r.stdout and "s3://[bold]d[/bold]" in r.stdout
+    assert "\x1b" not in r.stdout
+    r = pt2reg(reg_env, "lineage", "mk@1", "--dot")
+    assert r.exit_code == 0 and "\x1b" not in r.stdout and "[/run]\\\\x1b[2J" in r.stdout, r.stdout
     r = pt2reg(reg_env, "lineage", "--dataset", "s3://[bold]d[/bold]")
     assert r.exit_code == 0, r.output
 

@@ -154,3 +154,21 @@ def test_odd_sequence_values_do_not_crash(seq):
     events = make_chain(2)
     events[0] = {**events[0], "seq": seq}
     assert not verify_chain(events).ok
+
+
+def test_version_fields_hash_covers_each_field_and_ignores_edge_order():
+    from registry.audit_chain import version_fields_hash
+
+    edges = [("dataset", "s3://d", "sha256:" + "a" * 64, None), ("run", "r1", None, None),
+             ("commit", "c" * 40, None, '{"dirty":true}')]
+    base = version_fields_hash("ana@h", '{"k":"v"}', edges)
+    assert version_fields_hash("ana@h", '{"k":"v"}', list(reversed(edges))) == base
+    changed = [
+        version_fields_hash("eve@h", '{"k":"v"}', edges),
+        version_fields_hash("ana@h", '{"k":"w"}', edges),
+        version_fields_hash("ana@h", '{"k":"v"}', edges[:2]),
+        version_fields_hash("ana@h", '{"k":"v"}', edges + [("run", "r2", None, None)]),
+        version_fields_hash("ana@h", '{"k":"v"}', [edges[0], ("run", "r1 ", None, None), edges[2]]),
+        version_fields_hash("ana@h", '{"k":"v"}', [*edges[:2], ("commit", "c" * 40, None, None)]),
+    ]
+    assert base not in changed and len(set(changed)) == len(changed)
