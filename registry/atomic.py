@@ -3,8 +3,12 @@
 A reader (or a process that dies half-way) never sees a partial file: either the old content,
 or none, or the complete new one.
 
-    >>> with atomic_write("out.pt2b") as f:                    # doctest: +SKIP
+    >>> with atomic_write("out.pt2b", mode=USER_FILE) as f:    # doctest: +SKIP
     ...     f.write(data)
+
+The temp file is created private (0600). Files written for the user (``bundle -o``, ``pull -o``,
+``run --output``) pass ``mode=USER_FILE`` and get the mode the user's umask gives a new file
+(0644 under umask 022), as ``cp`` and ``torch.save`` do; caches and blobs stay private.
 """
 from __future__ import annotations
 
@@ -14,13 +18,37 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "USER_FILE", "current_umask"]
+
+#: ``atomic_write(..., mode=USER_FILE)``: the mode ``open()`` would give a new file (0o666 & ~umask).
+USER_FILE = "user"
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (/proc on Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o077)  # no way to read it but to set it: restore at once
+    os.umask(old)
+    return old
 
 
 @contextmanager
-def atomic_write(dest: str | os.PathLike, *, mode: int | None = None, fsync: bool = True
+def atomic_write(dest: str | os.PathLike, *, mode: int | str | None = None, fsync: bool = True
                  ) -> Iterator[IO[bytes]]:
-    """Yield a binary file that becomes ``dest`` only when the block completes without error."""
+    """Yield a binary file that becomes ``dest`` only when the block completes without error.
+
+    ``mode``: None keeps the temp file's 0600; an int sets it; ``USER_FILE`` applies the umask.
+    """
+    if mode == USER_FILE:
+        mode = 0o666 & ~current_umask()
+    elif isinstance(mode, str):
+        raise ValueError(f"mode {mode!r}: an int or USER_FILE expected")
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from .archive.bundle import write_bundle
 from .archive.zipsafe import read_entries
-from .chunking import MIN_MEMBER, hash_chunks, plan_chunks
+from .chunking import MIN_CHUNK, MIN_MEMBER, hash_chunks, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
@@ -60,6 +60,7 @@ class BuildResult:
     path: Path
     manifest: Manifest
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()   # Dim names carried from one program to another (registry.dim_names)
 
     @property
     def digest(self) -> str:
@@ -94,13 +95,10 @@ def _variant_id(target: Mapping[str, Any]) -> str:
 
 
 def _baked_warnings(name: str, prog: Mapping[str, Any]) -> list[str]:
-    out = []
-    for b in prog["baked_devices"]:
-        where = f" at {b['source']}" if b.get("source") else ""
-        code = f" ({b['code']})" if b.get("code") else ""
-        out.append(f"program {name!r}: device {b['device']!r} is baked into {b['op']}{where}{code}; "
-                   f"the loader will move it to the target device")
-    return out
+    from .inspection import baked_device_groups
+
+    return [f"program {name!r}: {g['head']}, moved to the target device at load"
+            + (f": {g['quote']}" if g["quote"] else "") for g in baked_device_groups(prog["baked_devices"])]
 
 
 class _Builder:
@@ -111,13 +109,16 @@ class _Builder:
         self.files: dict[str, Path] = {}                 # path -> local file with its bytes
         self.by_sha: dict[str, str] = {}                 # sha256 -> member path (dedup)
         self.normalized: dict[str, tuple[Path, Pt2Archive]] = {}  # program -> portable file
+        self.where: dict[str, str] = {}                  # program -> the user's file (for errors)
         self.warnings: list[str] = []
 
-    def add_file(self, path: str, local: Path, role: str) -> str:
+    def add_file(self, path: str, local: Path, role: str, extra_spans: Sequence[tuple[int, int]] = ()) -> str:
         size = local.stat().st_size
         chunks = None
         if role in ("program", "aoti") and size >= MIN_MEMBER:
-            spans = [(e.data_offset, e.size) for e in read_entries(local).values()]
+            spans = [(e.data_offset, e.size) for e in read_entries(local).values()
+                     if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra_spans)]
+            spans += extra_spans  # an entry holding several weights is split at them instead
             sha, hashed = hash_chunks(local, plan_chunks(spans, size))
             chunks = [{"sha256": h, "size": n} for h, n in hashed]
         else:
@@ -169,6 +170,7 @@ class _Builder:
                                  "archive_name": inner_name}]
             self.programs[name] = desc
             self.normalized[name] = (norm, archive)
+            self.where[name] = where
             self.warnings.extend(_baked_warnings(name, desc))
 
     def _add_aoti(self, src: ProgramInput, archive: Pt2Archive, norm: Path, where: str) -> None:
@@ -181,9 +183,41 @@ class _Builder:
             vid = _check_ident(_variant_id(target), "variant id")
             if any(v["id"] == vid for v in prog["variants"]):
                 raise UsageError(f"program {src.name!r} already has a variant for {vid}")
-            member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti")
+            member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti",
+                                   _weights_in_blobs(norm, self.normalized[src.name][0]))
             prog["variants"].append({"id": vid, "kind": "aoti", "member": member,
                                      "archive_name": inner_name, "target": target})
+
+
+def _weights_in_blobs(package: Path, portable: Path) -> list[tuple[int, int]]:
+    """Where the portable program's weights lie, byte for byte, inside an AOTInductor package's
+    ``*_weights.blob`` (compiled with ``package_constants_in_so=False`` and
+    ``package_constants_on_disk_format="binary_blob"``: raw weights back to back). Each becomes a
+    chunk of its own, the same chunk as that weight in the portable program, so the variant
+    dedups against it in the store. Empty for a package whose weights are inside its `.so`."""
+    import mmap
+
+    blobs = [e for e in read_entries(package).values() if e.name.endswith("_weights.blob") and e.size >= MIN_CHUNK]
+    weights = [e for e in read_entries(portable).values()
+               if "/data/weights/" in e.name and not e.name.endswith(".json") and e.size >= MIN_CHUNK]
+    if not blobs or not weights:
+        return []
+    spans: list[tuple[int, int]] = []
+    with open(package, "rb") as pf, open(portable, "rb") as wf, \
+            mmap.mmap(pf.fileno(), 0, access=mmap.ACCESS_READ) as pkg, \
+            mmap.mmap(wf.fileno(), 0, access=mmap.ACCESS_READ) as port:
+        for blob in blobs:
+            end = blob.data_offset + blob.size
+            for w in weights:
+                head = port[w.data_offset:w.data_offset + 64]
+                at, tries = pkg.find(head, blob.data_offset, end), 0
+                while at != -1 and tries < 8:  # a repeated pattern (zeros) is not searched for long
+                    if at + w.size <= end and pkg[at:at + w.size] == port[w.data_offset:w.data_offset + w.size]:
+                        if not any(a < at + w.size and at < a + n for a, n in spans):
+                            spans.append((at, w.size))
+                        break
+                    at, tries = pkg.find(head, at + 1, end), tries + 1
+    return spans
 
 
 def _torch_requirement(programs: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -199,8 +233,12 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
                  samples: Sequence[SampleInput] = (), metadata: Mapping[str, str] | None = None,
                  rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                  torch_requirement: str | None = None, device_types: Sequence[str] | None = None,
-                 build_info: Mapping[str, Any] | None = None, trust_pickle: bool = False) -> BuildResult:
-    """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically."""
+                 build_info: Mapping[str, Any] | None = None, trust_pickle: bool = False,
+                 dim_names: Mapping[str | None, Mapping[str, str]] | None = None) -> BuildResult:
+    """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically.
+
+    ``dim_names``: program -> {symbol (``s31``) or ``INPUT.D``: Dim name}; names are also
+    carried to other programs' inputs at the same position (``registry.dim_names``)."""
     if not programs:
         raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
     meta = {}
@@ -216,6 +254,9 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         b = _Builder(work)
         for i, src in enumerate(programs):
             b.add_program(src, i)
+        from .dim_names import name_dims
+
+        dim_notes = name_dims(b.programs, dim_names)
         sample_entries = _build_samples(b, samples, rtol, atol, trust_pickle)
         hw = sorted({d for p in b.programs.values() for d in p["dtypes"]} & HARDWARE_DTYPES)
         from .torchrt import environment
@@ -224,6 +265,9 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
             "format": BUNDLE_FORMAT,
             "kind": "pt2-bundle",
             "programs": b.programs,
+            # JSON objects are canonical with sorted keys: the order given is kept explicitly
+            # (only with several programs, so a one-program bundle's digest is unchanged)
+            **({"program_order": list(b.programs)} if len(b.programs) > 1 else {}),
             "members": sorted(b.members.values(), key=lambda m: m["path"]),
             "samples": sample_entries,
             "requirements": {
@@ -237,7 +281,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         manifest = Manifest.from_raw(raw)
         sources = {path: (lambda p=local: open(p, "rb")) for path, local in b.files.items()}
         write_bundle(out, manifest, sources, build=dict(build_info) if build_info else None)
-        return BuildResult(out, manifest, tuple(b.warnings))
+        return BuildResult(out, manifest, tuple(b.warnings), tuple(dim_notes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -266,7 +310,8 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
                     f"samples would unpickle it", member=archive.pickled[0],
                     hint="bundle without --sample, or pass --trust-pickle if you trust this file")
             inner = b.programs[s.program]["variants"][0]["archive_name"]
-            modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program])
+            modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program], b.where.get(s.program),
+                                                   s.program)
         program = b.programs[s.program]
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
@@ -282,7 +327,8 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
     return entries
 
 
-def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any]) -> Any:
+def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any], label: str | None = None,
+                      name: str | None = None) -> Any:
     from .errors import IncompatibleError
     from .torchrt import load_exported_program, op_schema
 
@@ -291,7 +337,11 @@ def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any]) -> Any
         raise IncompatibleError(
             f"cannot compute golden samples: custom op {missing[0]} is not registered in this process",
             hint="pass --import MODULE (or --load-library PATH.so) that registers it, or bundle without --sample")
-    return load_exported_program(path, inner).module()
+    from .manifest import ProgramSpec
+    from .torchrt import stand_in_pytree_classes
+
+    stand_in_pytree_classes(ProgramSpec(inner, program).pytree_classes)  # library output classes
+    return load_exported_program(path, inner, label=label, program=name).module()
 
 
 def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any], *,

@@ -87,7 +87,8 @@ class CompatReport:
     def to_json(self) -> dict[str, Any]:
         return {"compatible": self.compatible,
                 "findings": [f.to_json() for f in self.findings],
-                "variants": {p: {"id": vid, "reason": why} for p, (vid, why) in self.choices.items()}}
+                "variants": {p: {"id": vid, "reason": why} for p, (vid, why) in self.choices.items()},
+                "program_order": list(self.choices)}  # JSON output sorts keys: the bundle's order
 
 
 def device_type_of(device: str | None, target: Target) -> str:
@@ -392,31 +393,64 @@ def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
     device = device or target.device_type
     for name, prog in manifest.programs.items():
         chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
-        for b in prog.baked_devices:
-            if _same_device(b["device"], device):
-                continue
-            where = f" at {b['source']}" if b.get("source") else ""
-            code = f" ({b['code']})" if b.get("code") else ""
-            what = f"program {name!r}: device {b['device']!r} is baked into {b['op']}{where}{code}"
+        from .inspection import baked_device_groups
+
+        # one finding per device and source line (each op: inspect --json, programs.*.baked_devices)
+        for g in baked_device_groups([b for b in prog.baked_devices if not _same_device(b["device"], device)]):
+            what = f"program {name!r}: {g['head']}"
+            code = f": {g['quote']}" if g["quote"] else ""
             if chosen is not None and chosen.kind == "exported_program":
-                out.append(_warn("baked-device", name, f"{what}; it will be moved to {device}",
+                out.append(_warn("baked-device", name, f"{what}, will be moved to {device} at load{code}",
                                  "export records device constants; the loader rewrites them with move_to_device_pass",
                                  "nothing to do; to avoid it, create tensors with device=x.device before export"))
             elif chosen is not None:
-                out.append(_warn("baked-device", name, f"{what}; the AOTInductor variant {chosen.id} may still use it",
+                out.append(_warn("baked-device", name, f"{what}, which the AOTInductor variant {chosen.id} may still use{code}",
                                  "compiled code keeps the devices of the graph it was compiled from",
                                  "compile the AOTInductor variant from a program moved to the target device"))
             else:
-                out.append(_err("baked-device", name, f"{what}; it cannot be moved: the program has no portable variant",
+                out.append(_err("baked-device", name, f"{what}, which cannot be moved: the program has no portable variant{code}",
                                 "only a portable ExportedProgram can be moved to another device",
                                 "bundle the portable program beside its AOTInductor variants"))
+    return out
+
+
+def pytree_class_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+    """Library pytree classes in a program's treespecs (transformers ``ModelOutput`` ...).
+
+    torch resolves them by serialized name while deserializing. One whose context lists its
+    fields is stood in for by the loader when this process has not registered it (an ``info``
+    finding); one it cannot stand in for must be registered here, or the load would fail: an
+    error naming the module to import. Nothing is imported because a manifest names it."""
+    from .torchrt import module_to_import, pytree_registered
+
+    out = []
+    for name, prog in manifest.programs.items():
+        for c in prog.pytree_classes:
+            cls = c["type"]
+            if pytree_registered(cls):
+                continue
+            module = module_to_import(cls)
+            if c.get("fields") is None:
+                out.append(_err("pytree-class", name,
+                                f"program {name!r} uses the pytree class {cls}, which is not registered in this "
+                                f"process and cannot be stood in for (its treespec does not list field names)",
+                                "torch resolves pytree classes by name while deserializing the program",
+                                f"import the module that registers it: --import {module}"))
+            else:
+                fields = ", ".join(c["fields"])
+                out.append(Finding(
+                    "info", "pytree-stand-in", name,
+                    f"program {name!r} uses {cls} ({module} is not imported here): it is returned as a "
+                    f"mapping with the same fields ({fields}), also readable as attributes",
+                    "the registry stands in for library output classes so the program runs without the library",
+                    f"for the real class, import it first: --import {module}"))
     return out
 
 
 #: Every rule, in report order. Each: (manifest, target, device) -> list[Finding].
 RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
     serde_schema_rule, torch_version_rule, device_type_rule, hardware_dtype_rule, custom_op_rule,
-    torchbind_rule, aoti_target_rule, baked_device_rule)
+    torchbind_rule, aoti_target_rule, baked_device_rule, pytree_class_rule)
 
 
 #: Rules whose verdict depends on the chosen variant: they take ``allow_native``.

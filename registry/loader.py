@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .atomic import atomic_write
+from .atomic import USER_FILE, atomic_write
 from .compat import CompatReport, Finding, check, choose_variant
 from .errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
@@ -31,7 +31,8 @@ from .sources import MaterializedBundle
 from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle",
-           "needs_cpu_isa", "pickle_findings", "native_code_findings", "native_allowed", "save_outputs"]
+           "needs_cpu_isa", "pickle_findings", "native_code_findings", "native_allowed", "save_outputs",
+           "precheck_inputs"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class LoadedProgram:
         from .torchrt import torch
         from .torchrt_dispatch import bind_call
 
+        if self.spec.constant_inputs:  # baked-in arguments: the exported value or left out
+            from .samples import fill_baked_call
+
+            args, kwargs = fill_baked_call(dict(self.spec.raw), args, kwargs)
         flat, args, kwargs = bind_call(args, kwargs, self.spec.raw.get("in_spec"),
                                        self.spec.raw.get("forward_arg_names"))
         constants = self.spec.constant_inputs
@@ -114,11 +119,11 @@ class LoadedProgram:
     def run(self, value: Any) -> list[Any]:
         """Run on inputs as read from a file or sample (flat tuple, or dict by input name),
         moved to the device first; returns the flat outputs."""
-        from .samples import call_arguments
+        from .samples import call_arguments, flat_count
         from .torchrt import flatten_outputs
         from .torchrt_dispatch import to_device
 
-        count = len(value) if isinstance(value, (tuple, list)) else None
+        count = flat_count(dict(self.spec.raw), value)  # nested tuples (a baked-in (3, 4)) opened
         full = len(self.spec.inputs) + len(self.spec.constant_inputs)
         if count is not None and count not in (len(self.spec.inputs), full):
             names = ", ".join(i["name"] for i in self.spec.inputs)
@@ -397,13 +402,39 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
     from . import torchrt, torchrt_dispatch
 
     path = src.member_file(variant.member)
+    label = f"{src.label or src.digest} ({variant.member})"  # the user's file or ref, not the cache blob
+    torchrt.stand_in_pytree_classes(spec.pytree_classes)  # before torch reads the treespecs
     if variant.kind == "aoti":
-        return torchrt_dispatch.load_aoti(path, variant.archive_name, device)
-    ep = torchrt.load_exported_program(path, variant.archive_name)
+        return torchrt_dispatch.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
+    ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name)
     baked_elsewhere = any(b["device"].split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
         ep = torchrt_dispatch.move_to_device(ep, device)
     return torchrt.restore_guards(ep).module()
+
+
+class _ChecksPassed(Exception):
+    """Raised by ``precheck_inputs``'s stand-in module where the graph would run."""
+
+
+def precheck_inputs(spec: ProgramSpec, value: Any) -> None:
+    """Refuse inputs before the program is loaded (loading a big program takes seconds).
+
+    Runs exactly the checks ``LoadedProgram.run`` makes before its graph runs (input count and
+    structure, baked-in arguments, dtypes, shapes and Dim ranges) against the manifest alone,
+    with a stand-in where the module would be. Raises what the call would raise
+    (InputValidationError, exit 4). Left to the call: the device the tensors are on and the
+    export guards, which are read from the program itself.
+
+    >>> precheck_inputs(src.manifest.programs["encoder"], (tokens, mask))   # doctest: +SKIP
+    """
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        raise _ChecksPassed
+
+    try:
+        LoadedProgram(spec, spec.variants[0], "cpu", stand_in).run(value)
+    except _ChecksPassed:
+        pass
 
 
 def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
@@ -460,6 +491,6 @@ def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:
     if not dest.parent.is_dir():
         raise UsageError(f"output directory {dest.parent} does not exist")
     values = tuple(o.detach().to("cpu") if isinstance(o, t.Tensor) else o for o in outputs)
-    with atomic_write(dest) as f:
+    with atomic_write(dest, mode=USER_FILE) as f:  # the user's file: the mode torch.save would give
         t.save(values, f)
     return dest

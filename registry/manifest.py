@@ -73,6 +73,9 @@ def validate_raw(raw: Any) -> list[str]:
         problems.append("members: duplicate paths")
     if [m["path"] for m in raw["members"]] != sorted(members):
         problems.append("members: not sorted by path")
+    order = raw.get("program_order")
+    if order is not None and sorted(order) != sorted(raw["programs"]):
+        problems.append("program_order: not the program names, each once")
     for name, prog in raw["programs"].items():
         ids = [v["id"] for v in prog["variants"]]
         if len(set(ids)) != len(ids):
@@ -179,6 +182,21 @@ class ProgramSpec:
         return list(self.raw.get("constant_inputs") or [])
 
     @property
+    def pytree_classes(self) -> list[dict[str, Any]]:
+        """Library pytree classes of the input/output treespecs (``type``, ``fields``, ``style``),
+        read from the specs themselves so bundles written before ``pytree_classes`` have them too."""
+        from .pt2.treespec import TreeSpecError, pytree_classes
+
+        found: dict[str, dict[str, Any]] = {}
+        for key in ("in_spec", "out_spec"):
+            try:
+                for c in pytree_classes(self.raw.get(key)):
+                    found.setdefault(c["type"], c)
+            except TreeSpecError:
+                continue
+        return list(found.values())
+
+    @property
     def outputs(self) -> list[dict[str, Any]]:
         return self.raw["outputs"]
 
@@ -225,8 +243,15 @@ class Manifest:
         return digest_of_bytes(self.canonical)
 
     @property
+    def program_order(self) -> list[str]:
+        """Program names in the order they were given at bundle time (by name for old bundles)."""
+        return list(self.raw.get("program_order") or sorted(self.raw["programs"]))
+
+    @property
     def programs(self) -> dict[str, ProgramSpec]:
-        return {name: ProgramSpec(name, prog) for name, prog in self.raw["programs"].items()}
+        """Every program, in ``program_order``."""
+        progs = self.raw["programs"]
+        return {name: ProgramSpec(name, progs[name]) for name in self.program_order}
 
     @property
     def members(self) -> list[Member]:
@@ -256,4 +281,7 @@ class Manifest:
         return sum(m["size"] for m in self.raw["members"]) + len(self.canonical)
 
     def to_json(self) -> dict[str, Any]:
-        return copy.deepcopy(dict(self.raw))  # type: ignore[arg-type]
+        """A deep copy of the raw manifest, its ``programs`` object in ``program_order``."""
+        raw = copy.deepcopy(dict(self.raw))  # type: ignore[arg-type]
+        raw["programs"] = {name: raw["programs"][name] for name in self.program_order}
+        return raw

@@ -197,6 +197,9 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
         cmd += ["--load-library", lib]
     for _, variant, path, _, _ in todo:
         cmd += ["--program", variant.kind, variant.archive_name, str(path)]
+    classes = [c for spec, *_ in todo for c in getattr(spec, "pytree_classes", [])]
+    if classes:  # library output classes: the child stands in for them as the loader does
+        cmd += ["--pytree-classes", json.dumps(classes)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -312,6 +315,7 @@ def _child(argv: Sequence[str]) -> int:
     p.add_argument("--seconds", type=int, required=True)
     p.add_argument("--import", dest="imports", action="append", default=[])
     p.add_argument("--load-library", dest="libraries", action="append", default=[])
+    p.add_argument("--pytree-classes", default="[]", help="JSON: pytree classes to stand in for")
     a = p.parse_args(argv)
     if any(kind not in ("exported_program", "aoti") for kind, _, _ in a.programs):
         p.error("KIND must be exported_program or aoti")
@@ -321,6 +325,7 @@ def _child(argv: Sequence[str]) -> int:
 
         torchrt.load_libraries(a.libraries)
         torchrt.import_modules(a.imports)
+        torchrt.stand_in_pytree_classes(json.loads(a.pytree_classes))
         for kind, archive_name, path in a.programs:
             if kind == "aoti":
                 loaded: Any = torchrt_dispatch.load_aoti(path, archive_name, a.device)

@@ -94,7 +94,9 @@ class BlobCache:
                 pass
 
     def put_stream(self, digest: str, src: IO[bytes], size: int | None = None,
-                   progress: Callable[[int], None] | None = None) -> Path:
+                   progress: Callable[[int], None] | None = None, label: str | None = None) -> Path:
+        """Copy ``src`` into the cache, checking its sha256; ``label`` names the source for the
+        user (``model.pt2b: member programs/encoder.pt2``) when it does not match."""
         dest = self.path(digest)
         if self.usable(digest):
             return dest
@@ -106,7 +108,8 @@ class BlobCache:
                 if progress:
                     progress(len(chunk))
             if h.hexdigest() != hex_of(digest):
-                raise IntegrityError(f"blob {digest} is corrupt: got sha256:{h.hexdigest()}",
+                what = label or f"blob {digest}"
+                raise IntegrityError(f"{what} is corrupt: expected {digest}, got sha256:{h.hexdigest()}",
                                      hint="the source is damaged; nothing was cached")
         self.stamp(digest)
         return dest
@@ -154,5 +157,5 @@ def materialize_file(path: str | os.PathLike, cache_dir: str | os.PathLike,
     files = {}
     for m in bundle.manifest.members:
         with bundle.open_member(m.path) as src:
-            files[m.path] = cache.put_stream(m.digest, src, m.size, progress)
+            files[m.path] = cache.put_stream(m.digest, src, m.size, progress, label=f"{path}: member {m.path}")
     return MaterializedBundle(bundle.manifest, files, list(bundle.signatures), label=str(path))

@@ -28,7 +28,27 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 
-__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "op_key"]
+__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "op_key", "TORCH_OP_NAMESPACES", "is_torch_namespace"]
+
+#: Operator namespaces torch registers itself (its C++ libraries and its own Python modules:
+#: quantization, distributed, inductor, export, ONNX, ...), beyond the built-in ones the op table
+#: leaves out. They are listed in the table (a program may use them) but are not the user's
+#: custom ops. Names under these prefixes count as torch's too (``_c10d_functional_autograd``).
+TORCH_OP_NAMESPACES = frozenset({
+    "aten", "prims", "higher_order", "rngprims", "debugprims", "profiler",
+    "quantized", "_quantized", "quantization", "sparse", "mkl", "mkldnn", "mkldnn_prepacked", "onednn",
+    "static_runtime", "c10d", "c10d_functional", "_c10d_functional", "_c10d_functional_autograd", "_dtensor",
+    "symm_mem", "fsdp", "inductor", "inductor_prims", "_inductor_test", "flex_lib", "export", "onnx",
+    "onnx_symbolic", "streams", "debug_mode_ops", "_native", "_test", "cuda", "xpu", "mps", "_nvshmem",
+    "nvshmem", "_cudnn", "cudnn", "_fbgemm", "_caffe2", "_aoti",
+})
+_TORCH_NS_PREFIXES = ("_c10d", "c10d", "_dtensor", "symm_mem", "_symm_mem", "inductor", "_inductor", "mkldnn",
+                      "onnx", "_quantized", "quantized", "prims")
+
+
+def is_torch_namespace(ns: str) -> bool:
+    """True for an operator namespace torch registers itself, False for a user-registered one."""
+    return ns in TORCH_OP_NAMESPACES or ns.startswith(_TORCH_NS_PREFIXES)
 
 #: Version of the target JSON this code writes and the highest it reads.
 TARGET_FORMAT = 1
@@ -85,10 +105,26 @@ class Target:
         cc = self.compute_capability
         return f"{cc[0]}{cc[1]}" if cc else None
 
+    def op_namespaces(self) -> dict[str, dict[str, int]]:
+        """Registered ops counted per namespace: ``{"torch": {"quantized": 174, ...},
+        "user": {"mylib": 2}}``, each by descending count, then name."""
+        counts: dict[str, int] = {}
+        for op in self.custom_ops:
+            ns = op.split("::", 1)[0]
+            counts[ns] = counts.get(ns, 0) + 1
+        out: dict[str, dict[str, int]] = {"torch": {}, "user": {}}
+        for ns, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            out["torch" if is_torch_namespace(ns) else "user"][ns] = n
+        return out
+
     def summary(self) -> dict[str, Any]:
         """``to_json()`` without the (long) op table: for reports."""
         out = self.to_json()
         out["custom_ops"] = len(self.custom_ops)
+        spaces = self.op_namespaces()
+        out["torch_ops"] = sum(spaces["torch"].values())
+        out["user_ops"] = sum(spaces["user"].values())
+        out["user_op_namespaces"] = sorted(spaces["user"])
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 
 import os
 import platform
+import re
 import sys
 import warnings
 from typing import Any, Iterator
@@ -122,31 +123,51 @@ def quiet_torch() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def torch_loading(what: str, hint: str) -> Iterator[None]:
+def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> Iterator[None]:
     """Run a torch deserialization quietly; any failure of torch's becomes one
-    ``IntegrityError`` line naming ``what`` (torch's own message can be pages long)."""
+    ``IntegrityError`` line naming ``what`` (torch's own message can be pages long).
+    ``hide``: (internal path, user label): the path is replaced by the label in torch's text."""
     try:
         with quiet_torch():
             yield
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        raise IntegrityError(f"torch could not load {what}: {type(exc).__name__}: {brief(exc, 200)}",
+        missing = pytree_missing(exc)
+        if missing:  # not damage: a library class this process has not registered
+            from .errors import IncompatibleError
+
+            raise IncompatibleError(
+                f"cannot load {what}: it returns or takes {missing}, a pytree class not registered here "
+                f"and not one the registry can stand in for",
+                hint=f"import the module that registers it: --import {module_to_import(missing)}") from None
+        text = brief(exc, 200)
+        if hide and hide[0]:
+            text = text.replace(os.fspath(hide[0]), hide[1] or "the archive")
+        raise IntegrityError(f"torch could not load {what}: {type(exc).__name__}: {text}",
                              hint=hint) from exc
 
 
-def load_exported_program(path: str | os.PathLike, archive_name: str = "model") -> Any:
-    """Deserialize one program from a verified, pickle-scanned `.pt2` file."""
+def load_exported_program(path: str | os.PathLike, archive_name: str = "model", label: str | None = None,
+                          program: str | None = None) -> Any:
+    """Deserialize one program from a verified, pickle-scanned `.pt2` file.
+
+    ``label`` names the file for the user in errors (their bundle file or ref, their `.pt2`),
+    never the cache blob or temp copy at ``path``; without one, errors name no file.
+    ``program``: the program's name for the user (default ``archive_name``, torch's own).
+    """
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
 
-    with torch_loading(f"program {archive_name!r} from {path}",
-                       "the program is damaged or was written by an incompatible torch"), open(path, "rb") as f:
+    where = f" from {label}" if label else ""
+    with torch_loading(f"program {program or archive_name!r}{where}",
+                       "the program is damaged or was written by an incompatible torch",
+                       hide=(path, label)), open(path, "rb") as f:
         contents = load_pt2(f)
     try:
         return contents.exported_programs[archive_name]
     except KeyError as exc:
-        raise IntegrityError(f"program {archive_name!r} is not in {path}") from exc
+        raise IntegrityError(f"program {archive_name!r} is not in {label or 'the archive'}") from exc
 
 
 def restore_guards(ep: Any) -> Any:
@@ -228,3 +249,118 @@ def environment() -> dict[str, str | None]:
     return env
 
 
+
+
+# -- library pytree classes (transformers ModelOutput, registered dataclasses) ------------------
+
+#: stand-ins this process registered, by serialized type name
+_STAND_INS: dict[str, Any] = {}
+
+
+class PytreeStandIn(dict):
+    """What a program returns in place of a library output class that is not imported here
+    (e.g. ``transformers.modeling_outputs.CausalLMOutputWithCrossAttentions``): a dict with the
+    same fields, readable as ``out["logits"]``, ``out.logits`` and, like ``ModelOutput``,
+    ``out[0]``. It pickles as a plain dict. ``type(out).serialized_type_name`` names the class."""
+
+    serialized_type_name: str = ""
+    fields: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self).fields or name in self:
+            return self.get(name)
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            return list(self.values())[key]
+        return dict.__getitem__(self, key)
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(self.values())
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self),))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict.__repr__(self)})"
+
+
+def pytree_registered(serialized_name: str) -> bool:
+    """Whether torch can deserialize this pytree type name in this process now (the real class,
+    imported by the user, or a stand-in registered earlier). Never imports anything."""
+    mod = sys.modules.get("torch.utils._pytree")  # private: pytree registry
+    if mod is None:
+        return False
+    return serialized_name in getattr(mod, "SERIALIZED_TYPE_TO_PYTHON_TYPE", {})
+
+
+def stand_in_pytree_classes(classes: list[dict[str, Any]]) -> list[str]:
+    """Before torch deserializes a program: register a :class:`PytreeStandIn` under each
+    serialized type name torch cannot resolve here, so the program loads without the library.
+
+    ``classes`` come from the manifest (``ProgramSpec.pytree_classes``: type, fields, style).
+    A class already registered (the user imported its module, e.g. ``--import
+    transformers.modeling_outputs``) is left alone: the real class is used. Nothing is ever
+    imported because a manifest names it. Returns the names stood in for; a class whose context
+    is not a list of field names (``fields`` None) is skipped (the compat rule refuses it)."""
+    torch()
+    from torch.utils import _pytree as pytree  # private: serialized-name registration
+
+    done = []
+    for c in classes:
+        name, fields, style = c.get("type"), c.get("fields"), c.get("style")
+        if not name or fields is None or pytree_registered(name):
+            continue
+        short = name.rsplit(".", 1)[-1]
+        cls = type(short if short.isidentifier() else "PytreeStandIn", (PytreeStandIn,),
+                   {"serialized_type_name": name, "fields": tuple(fields), "__module__": __name__,
+                    "__qualname__": f"PytreeStandIn[{name}]"})
+
+        if style == "dataclass":
+            def flatten(obj: Any) -> tuple[list[Any], Any]:
+                keys = [k for k in type(obj).fields if obj.get(k) is not None]
+                nones = [k for k in type(obj).fields if obj.get(k) is None]
+                return [obj[k] for k in keys], [keys, nones]
+
+            def unflatten(values: Any, context: Any, cls: Any = cls) -> Any:
+                keys, nones = context
+                out = cls(zip(keys, values))
+                out.update(dict.fromkeys(nones))
+                return out
+        else:
+            def flatten(obj: Any) -> tuple[list[Any], Any]:
+                keys = [k for k in obj if obj[k] is not None]
+                return [obj[k] for k in keys], keys
+
+            def unflatten(values: Any, context: Any, cls: Any = cls) -> Any:
+                return cls(zip(context, values))
+
+        def flatten_with_keys(obj: Any, flatten: Any = flatten) -> tuple[list[Any], Any]:
+            values, context = flatten(obj)
+            keys = context[0] if style == "dataclass" else context
+            return [(pytree.MappingKey(k), v) for k, v in zip(keys, values)], context
+
+        pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=name,
+                                    flatten_with_keys_fn=flatten_with_keys)
+        _STAND_INS[name] = cls
+        done.append(name)
+    return done
+
+
+_NOT_REGISTERED = re.compile(r"Deserializing (\S+) in pytree is not registered|"
+                             r"deserialize TreeSpec of namedtuple class (\S+) because")
+
+
+def pytree_missing(exc: BaseException) -> str | None:
+    """The serialized type name in torch's "Deserializing X in pytree is not registered"."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        m = _NOT_REGISTERED.search(str(e)) if e is not None else None
+        if m:
+            return (m.group(1) or m.group(2)).rstrip(".")
+    return None
+
+
+def module_to_import(serialized_name: str) -> str:
+    """The module a serialized pytree type name comes from (``a.b.C`` -> ``a.b``)."""
+    return serialized_name.rsplit(".", 1)[0] if "." in serialized_name else serialized_name

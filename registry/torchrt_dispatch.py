@@ -114,15 +114,18 @@ def move_to_device(ep: Any, device: str) -> Any:
     return move_to_device_pass(ep, device)
 
 
-def load_aoti(path: str | os.PathLike, model_name: str, device: str) -> Any:
-    """Load one model of a verified AOTInductor package onto ``device`` (``cuda:1`` -> index 1)."""
+def load_aoti(path: str | os.PathLike, model_name: str, device: str, label: str | None = None,
+              program: str | None = None) -> Any:
+    """Load one model of a verified AOTInductor package onto ``device`` (``cuda:1`` -> index 1).
+    ``label`` names the package for the user in errors (never the cache blob at ``path``)."""
     torch()
     from torch._inductor.package import load_package  # private: pick a model by name
 
     _, _, index = device.partition(":")
     # A buffer, not the path: cache blobs have no `.pt2` suffix and torch warns on those.
-    with torch_loading(f"AOTInductor model {model_name!r} from {path}",
-                       "the package is damaged or was compiled for another torch or machine"), open(path, "rb") as f:
+    with torch_loading(f"AOTInductor model {program or model_name!r}" + (f" from {label}" if label else ""),
+                       "the package is damaged or was compiled for another torch or machine",
+                       hide=(path, label)), open(path, "rb") as f:
         return load_package(f, model_name, device_index=int(index) if index else -1)
 
 

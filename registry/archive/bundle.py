@@ -25,7 +25,7 @@ from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
-from ..atomic import atomic_write
+from ..atomic import USER_FILE, atomic_write
 from ..manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -46,7 +46,7 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
     ``sources`` maps each manifest member path to a function opening its bytes. Each member is
     hashed while it is copied and the write fails (leaving nothing behind) on any mismatch.
     """
-    with atomic_write(dest) as out, DeterministicZipWriter(out) as writer:
+    with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:  # the user's file
         writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
         for member in manifest.members:
             if member.path not in sources:

@@ -5,6 +5,7 @@ import click
 
 from . import cli
 from ._core import App, emit_json, parse_key_values, pass_app, warn
+from .render import clean
 
 __all__ = ["bundle", "inspect"]
 
@@ -24,6 +25,9 @@ def _program_arg(text: str) -> tuple[str | None, str]:
               help="Golden sample inputs for program NAME (a torch.save'd tuple of tensors); "
                    "outputs are computed now and stored with the inputs (repeatable).")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free-form metadata (repeatable).")
+@click.option("--dim", "dims", multiple=True, metavar="PROGRAM:SYMBOL=NAME",
+              help="Name a dynamic dim: SYMBOL as inspect shows it (s31) or INPUT.D (tokens.0); "
+                   "carried to other programs' inputs at the same position and range (repeatable).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for samples (default 1e-4).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for samples (default 1e-5).")
 @click.option("--torch-requirement", metavar="SPEC",
@@ -37,7 +41,7 @@ def _program_arg(text: str) -> tuple[str | None, str]:
 @click.option("--trust-pickle", is_flag=True,
               help="Allow unpickling this file's pickled weights/constants to compute samples.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...],
+def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...], dims: tuple[str, ...],
            rtol: float | None, atol: float | None, torch_requirement: str | None,
            device_types: tuple[str, ...], imports: tuple[str, ...], libraries: tuple[str, ...],
            trust_pickle: bool, as_json: bool) -> None:
@@ -50,6 +54,12 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
 
     Signatures, Dim ranges, custom ops and baked devices are read from the serialized graph, so
     custom ops need not be importable here (except to compute --sample outputs).
+
+    \b
+    A .pt2 file does not keep your Dim names; give them back with --dim:
+      --dim encoder:s31=batch --dim encoder:tokens.1=seq
+    A name given to one program's input dim also names the other programs' input dim at the
+    same position (input i, dim d) when its range is the same (printed as a note).
     """
     from ..bundler import DEFAULT_ATOL, DEFAULT_RTOL, ProgramInput, SampleInput, build_bundle
     from ..client import build_info
@@ -61,6 +71,14 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
         if not sep or not name or not path:
             raise click.BadParameter(f"expected NAME=INPUTS.pt, got {s!r}", param_hint="--sample")
         sample_inputs.append(SampleInput(name, path))
+    from ..dim_names import parse_dim_option
+
+    dim_names: dict[str | None, dict[str, str]] = {}
+    for d in dims:
+        prog, symbol, dim_name = parse_dim_option(d)
+        if dim_names.setdefault(prog, {}).get(symbol, dim_name) != dim_name:
+            raise click.BadParameter(f"{prog + ':' if prog else ''}{symbol} named twice", param_hint="--dim")
+        dim_names[prog][symbol] = dim_name
     if imports or libraries:
         from ..torchrt import import_modules, load_libraries
 
@@ -70,13 +88,18 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
                           rtol=DEFAULT_RTOL if rtol is None else rtol,
                           atol=DEFAULT_ATOL if atol is None else atol,
                           torch_requirement=torch_requirement, device_types=device_types or None,
-                          build_info=build_info(), trust_pickle=trust_pickle)
+                          build_info=build_info(), trust_pickle=trust_pickle, dim_names=dim_names)
     if as_json:
         emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
+                   "notes": list(result.notes),
+                   # the warnings group them per source line; here every op, in program order
+                   "baked_devices": {n: p.baked_devices for n, p in result.manifest.programs.items()},
                    "size": result.path.stat().st_size})
         return
     for w in result.warnings:
         warn(w)
+    for n in result.notes:
+        click.echo(f"note: {clean(n)}", err=True)
     click.echo(f"{result.path} {result.digest}")
 
 

@@ -83,6 +83,13 @@ def print_bundle(view: Mapping[str, Any]) -> None:
             table.add_column(col)
         for i in prog["inputs"]:
             table.add_row("in", esc(i["name"]), esc(i.get("path", "")), esc(i["dtype"]), esc(format_shape(i["shape"])))
+        if prog.get("constant_inputs"):  # baked in at export: a call passes the same value or none
+            from ..samples import baked_arguments
+
+            for a in baked_arguments(dict(prog)):
+                table.add_row("const", esc(a["name"]), esc(a["path"]),
+                              esc("none" if a["value"] is None else type(a["value"]).__name__),
+                              esc(f"= {a['value']!r}"))
         for o in prog["outputs"]:
             table.add_row("out", esc(o["name"]), esc(o.get("path", "")), esc(o["dtype"]), esc(format_shape(o["shape"])))
         out.print(table)
@@ -94,6 +101,11 @@ def print_bundle(view: Mapping[str, Any]) -> None:
             out.print("  required ops: " + clean(", ".join(
                 f"{op['name']}.{op['overload']}" + (f" [{op['schema']}]" if op.get("schema") else " (schema unknown)")
                 for op in prog["required_ops"])), markup=False)
+        if prog.get("pytree_classes"):  # library output classes (transformers ModelOutput ...)
+            out.print("  pytree classes: " + clean(", ".join(
+                f"{c['type']} ({', '.join(c['fields'])})" if c.get("fields") is not None
+                else f"{c['type']} (fields unknown: needs --import {c['type'].rsplit('.', 1)[0]})"
+                for c in prog["pytree_classes"])), markup=False)
         if prog["torchbind_classes"]:
             out.print("  torchbind classes: " + esc(", ".join(map(str, prog["torchbind_classes"]))))
         for v in prog["variants"]:

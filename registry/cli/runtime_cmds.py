@@ -82,7 +82,15 @@ def _target_line(t: Any) -> str:
     where = " ".join(p for p in (t.platform, t.machine, t.cpu_isa) if p)
     gpu = f", CUDA {t.cuda_version}" if t.cuda_version else (f", ROCm {t.rocm_version}" if t.rocm_version else "")
     return (f"torch {t.torch_version} (serde {t.serde_schema[0]}.{t.serde_schema[1]}){gpu}, "
-            f"{t.device_type}{cc}{', ' + where if where else ''}, {len(t.custom_ops)} custom ops")
+            f"{t.device_type}{cc}{', ' + where if where else ''}, {_ops_line(t)}")
+
+
+def _ops_line(t: Any) -> str:
+    """``12 user ops (mylib, other), 355 torch ops``: torch's own namespaces apart from the user's."""
+    spaces = t.op_namespaces()
+    user, own = sum(spaces["user"].values()), sum(spaces["torch"].values())
+    names = f" ({', '.join(spaces['user'])})" if spaces["user"] else ""
+    return f"{user} user op{'' if user == 1 else 's'}{names}, {own} torch op{'' if own == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------------------- target
@@ -119,12 +127,11 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
                        ("platform", f"{t.platform or '-'} {t.machine or ''}".strip()), ("CPU ISA", t.cpu_isa or "-"),
                        ("TorchBind classes", str(len(t.torchbind_classes)))):
         table.add_row(key, esc(value))
-    namespaces: dict[str, int] = {}
-    for op in t.custom_ops:
-        ns = op.split("::", 1)[0]
-        namespaces[ns] = namespaces.get(ns, 0) + 1
-    table.add_row("custom ops", esc(f"{len(t.custom_ops)}: " + ", ".join(
-        f"{ns} ({n})" for ns, n in sorted(namespaces.items(), key=lambda kv: (-kv[1], kv[0])))))
+    spaces = t.op_namespaces()  # torch's own namespaces apart from user-registered ops
+    for label, key in (("user ops", "user"), ("torch ops", "torch")):
+        counts = spaces[key]
+        table.add_row(label, esc(f"{sum(counts.values())}" + (": " if counts else "") + ", ".join(
+            f"{ns} ({n})" for ns, n in counts.items())))
     out.print(table)
 
 
@@ -264,9 +271,13 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
         program = names[0]
     value = None
     if inputs_file:
+        from ..loader import precheck_inputs
         from ..torchrt import load_inputs_file
 
         value = load_inputs_file(inputs_file)
+        precheck_inputs(src.manifest.programs[program], value)  # the manifest suffices: before the load
+    if samples:
+        _precheck_samples(src, program, as_json)
     t = _target_for(src, device, None, imports, libraries)
     device = device or default_device()
     sandbox = SandboxConfig.from_env(app.settings.cache_dir, imports=imports, libraries=libraries)
@@ -298,6 +309,36 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     if bad:
         raise RegistryError(f"{len(bad)} of {len(results)} sample(s) failed, first {bad[0].name}: "
                             + (bad[0].error or "outputs outside tolerance"))
+
+
+def _precheck_samples(src: Any, program: str | None, as_json: bool) -> None:
+    """Golden samples whose inputs the manifest already refuses: reported (exit 1) before any
+    program is loaded, as ``run --samples`` would after loading it."""
+    from ..errors import InputValidationError, RegistryError
+    from ..loader import SampleResult, precheck_inputs
+    from ..samples import read_sample
+
+    bad, count = [], 0
+    for s in src.manifest.samples:
+        if program is not None and s.program != program:
+            continue
+        count += 1
+        inputs, _ = read_sample(src.member_file(s.member), list(s.inputs), list(s.outputs))
+        try:
+            precheck_inputs(src.manifest.programs[s.program], tuple(inputs))
+        except InputValidationError as exc:
+            bad.append(SampleResult(s.name, s.program, "-", False, (), s.rtol, s.atol,
+                                    f"sample inputs rejected: {exc.one_line()}"))
+    if not bad:
+        return
+    doc = {"digest": src.digest, "device": None, "variants": {}, "loaded": False,
+           "samples": [r.to_json() for r in bad], "ok": False}
+    if as_json:
+        emit_json(doc)
+    else:
+        _print_run({**doc, "device": "- (not loaded)"}, bad)
+    raise RegistryError(f"{len(bad)} of {count} sample(s) failed before loading, first {bad[0].name}: "
+                        f"{bad[0].error}")
 
 
 def _print_run(doc: dict[str, Any], results: list[Any]) -> None:

@@ -10,7 +10,7 @@ import re
 from typing import Any, Iterator
 
 from .exprs import INF, ExprError, parse_srepr
-from .treespec import TreeSpecError, input_label, leaf_paths
+from .treespec import TreeSpecError, input_label, leaf_paths, pytree_classes
 
 __all__ = ["describe_program", "GraphFormatError", "SCALAR_TYPES", "BUILTIN_OP_NAMESPACES",
            "HARDWARE_DTYPES", "parse_op_target"]
@@ -238,6 +238,15 @@ def _signature_args(sig: dict[str, Any], spec_key: str, kind: str) -> list[dict[
     return out
 
 
+_LAST_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]$")
+
+
+def _last_key(path: str) -> str | None:
+    """``out['logits']`` -> ``logits``; ``out[0]`` or ``out['a'][1]`` -> None."""
+    m = _LAST_KEY.search(path)
+    return m.group(1) if m else None
+
+
 def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | None = None,
                      constants_config: dict[str, Any] | None = None,
                      dim_names: dict[str, str] | None = None) -> dict[str, Any]:
@@ -284,7 +293,15 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
     for i, arg in enumerate(_signature_args(sig, "output_specs", "user_output")):
         entry = _arg_value(arg, shapes, tensors)
         entry["path"] = ("out" + out_paths[i]) if i < len(out_paths) else f"out[{i}]"
+        key = _last_key(entry["path"])
+        if key:  # out['logits'] is named "logits", not after the graph node that computed it
+            entry["name"] = key
         outputs.append(entry)
+    try:
+        py_classes = list({c["type"]: {"type": c["type"], "fields": c["fields"]} for spec in ("in_spec", "out_spec")
+                        for c in pytree_classes(root_sig.get(spec))}.values())
+    except TreeSpecError as exc:
+        raise GraphFormatError(str(exc)) from exc
 
     constraints = []
     for expr_text, (lo, hi) in ranges.items():
@@ -325,4 +342,6 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
     }
     if constant_inputs:  # only when present: other programs describe (and hash) as before
         described["constant_inputs"] = constant_inputs
+    if py_classes:  # only when present: library output classes (ModelOutput, dataclasses)
+        described["pytree_classes"] = py_classes
     return described

@@ -6,10 +6,20 @@ stays 64-byte aligned, the JSON members torch parses (graphs, payload configs) a
 canonically (sorted keys, no whitespace), torch's pickled example inputs are emptied (torch reads an empty member
 as "no example inputs"; the bundle carries pickle-free golden samples instead) and the per-save
 id is dropped.
+
+Machine paths are removed from graph metadata (``portable_source_path``): every ``File "..."``
+of a node's ``stack_trace`` becomes package-relative (``torch/nn/modules/linear.py``, the part
+after ``site-packages/`` or ``dist-packages/``) or, for any other absolute path, its file name
+(``model.py``), so one program exported from two checkouts or virtualenvs gets one digest and a
+bundle never carries the exporter's home directory; ``from_node`` graph ids (torch writes the
+``id()`` of a Python object) are numbered in order of first appearance. Both are idempotent.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+from typing import Any
 
 from ..archive.zipsafe import open_entry
 from ..atomic import atomic_write
@@ -19,7 +29,82 @@ from ..digests import canonical_json
 from .reader import (CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member,
                      load_json_member)
 
-__all__ = ["normalize_pt2", "CANONICAL_ROOT"]
+__all__ = ["normalize_pt2", "CANONICAL_ROOT", "portable_source_path", "portable_stack_trace"]
+
+_TRACE_FILE = re.compile(r'File "([^"\n]*)"')
+_PACKAGES_ROOT = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
+_SEP = re.compile(r"[/\\]+")
+_MAX_DEPTH = 200  # graph JSON nesting (subgraphs in node arguments); the reader caps it lower
+
+
+def portable_source_path(path: str) -> str:
+    """A source path without the machine's directories (idempotent).
+
+    ``.../site-packages/torch/nn/modules/linear.py`` -> ``torch/nn/modules/linear.py``; any other
+    absolute path (or one with ``.``/``..``/``~`` parts) -> its file name; a plain relative path
+    or a pseudo-file (``<eval_with_key>.3``) is kept.
+    """
+    m = _PACKAGES_ROOT.match(path)
+    if m:  # the last such folder: what follows names no other
+        path = path[m.end():].lstrip("/\\")
+        relative = True
+    else:
+        relative = not (path.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", path))
+    parts = _SEP.split(path)
+    if len(parts) == 1:
+        return path
+    if relative and not any(p in ("", ".", "..") or p.startswith("~") or ":" in p for p in parts):
+        return "/".join(parts)
+    return parts[-1]
+
+
+def portable_stack_trace(trace: str) -> str:
+    """``trace`` with every frame's file made path-free (``portable_source_path``)."""
+    return _TRACE_FILE.sub(lambda m: f'File "{portable_source_path(m.group(1))}"', trace)
+
+
+def _scrub_paths(value: Any, depth: int = 0, graph_ids: dict[Any, int] | None = None) -> Any:
+    """Rewrite every ``stack_trace`` string in a graph JSON (nested graphs included), and every
+    ``from_node`` ``graph_id`` (torch writes the ``id()`` of a graph object: a memory address
+    that differs on every run) as the graph's number in order of first appearance."""
+    if graph_ids is None:
+        graph_ids = {}
+    if depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "stack_trace" and isinstance(v, str):
+                out[k] = portable_stack_trace(v)
+            elif k == "from_node" and isinstance(v, str):
+                out[k] = _renumber_from_node(v, graph_ids)
+            else:
+                out[k] = _scrub_paths(v, depth + 1, graph_ids)
+        return out
+    if isinstance(value, list):
+        return [_scrub_paths(v, depth + 1, graph_ids) for v in value]
+    return value
+
+
+def _renumber_from_node(text: str, graph_ids: dict[Any, int]) -> str:
+    """``from_node`` JSON with each ``graph_id`` replaced by its first-appearance number
+    (idempotent); text that is not such JSON is left for the safety checks to judge."""
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):  # hostile nesting: refused by the safety checks
+        return text
+    stack, budget = [parsed], 100_000
+    while stack and budget:
+        budget -= 1
+        v = stack.pop(0)
+        if isinstance(v, list):
+            stack[:0] = v
+        elif isinstance(v, dict):
+            if "graph_id" in v and isinstance(v["graph_id"], (int, str)) and not isinstance(v["graph_id"], bool):
+                v["graph_id"] = graph_ids.setdefault(v["graph_id"], len(graph_ids))
+            if isinstance(v.get("from_node"), list):
+                stack.insert(0, v["from_node"])
+    return json.dumps(parsed) if not stack else text
 
 
 def _kept(name: str) -> bool:
@@ -38,6 +123,8 @@ def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
                 continue
             if is_json_member(name) and any(archive.programs):
                 value = load_json_member(archive.path, entry, where=archive.path, max_size=MAX_GRAPH_JSON_BYTES)
+                if name.startswith("models/"):
+                    value = _scrub_paths(value)
                 writer.write_bytes(f"{CANONICAL_ROOT}/{name}", canonical_json(value))
                 continue
             with open_entry(archive.path, entry) as src:
