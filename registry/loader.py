@@ -178,7 +178,8 @@ class LoadedBundle:
             if s.program not in self._programs:
                 continue
             program = self._programs[s.program]
-            inputs, expected = read_sample(self.source.member_file(s.member), list(s.inputs), list(s.outputs))
+            inputs, expected = read_sample(self.source.member_file(s.member), list(s.inputs), list(s.outputs),
+                                           label=f"{self.source.label or self.digest}: {s.member}")
             try:
                 actual = program.run(tuple(inputs))
             except InputValidationError as exc:

@@ -331,18 +331,22 @@ def write_sample(path: str | os.PathLike, inputs: list[Any], outputs: list[Any])
     return ([f"input.{i}" for i in range(len(inputs))], [f"output.{i}" for i in range(len(outputs))])
 
 
-def read_sample(path: str | os.PathLike, input_keys: list[str], output_keys: list[str]) -> tuple[list, list]:
+def read_sample(path: str | os.PathLike, input_keys: list[str], output_keys: list[str], *,
+                label: str | None = None) -> tuple[list, list]:
+    """Inputs and outputs of a golden sample file; ``label`` names it in errors (the user's
+    bundle or ref and the member, not the cache file it was read from)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    where = label or f"sample file {path}"
     try:
         tensors = load_file(os.fspath(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise IntegrityError(f"sample file {path} is unreadable: {exc}") from exc
+        raise IntegrityError(f"{where} is unreadable: {exc}") from exc
     try:
         return [tensors[k] for k in input_keys], [tensors[k] for k in output_keys]
     except KeyError as exc:
-        raise IntegrityError(f"sample file {path} lacks tensor {exc.args[0]!r}") from exc
+        raise IntegrityError(f"{where} lacks tensor {exc.args[0]!r}") from exc
 
 
 def compare_outputs(actual: list[Any], expected: list[Any], rtol: float, atol: float) -> list[dict[str, Any]]:

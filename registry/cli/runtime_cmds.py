@@ -323,7 +323,8 @@ def _precheck_samples(src: Any, program: str | None, as_json: bool) -> None:
         if program is not None and s.program != program:
             continue
         count += 1
-        inputs, _ = read_sample(src.member_file(s.member), list(s.inputs), list(s.outputs))
+        inputs, _ = read_sample(src.member_file(s.member), list(s.inputs), list(s.outputs),
+                                label=f"{src.label or src.digest}: {s.member}")
         try:
             precheck_inputs(src.manifest.programs[s.program], tuple(inputs))
         except InputValidationError as exc:

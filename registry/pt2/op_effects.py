@@ -28,6 +28,7 @@ Custom (user) namespaces are not in this list: they are declared required ops th
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -114,16 +115,10 @@ def compute() -> dict[str, Any]:
     }
 
 
-_FROZEN: dict[str, Any] | None = None
-
-
+@functools.cache
 def load_frozen() -> dict[str, Any]:
     """The checked-in list (read once)."""
-    global _FROZEN
-    if _FROZEN is None:
-        with open(FROZEN_PATH, encoding="utf-8") as f:
-            _FROZEN = json.load(f)
-    return _FROZEN
+    return json.loads(Path(FROZEN_PATH).read_text(encoding="utf-8"))
 
 
 def refused(namespace: str, op: str, overload: str) -> str | None:

@@ -17,6 +17,7 @@ Field checks (``checks``) let the caller constrain values by where they are, e.g
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -83,15 +84,10 @@ def generate(schema_yaml: Mapping[str, Any], torch_version: str | None = None) -
     }
 
 
-_SCHEMA: dict[str, Any] | None = None
-
-
+@functools.cache
 def load_schema() -> dict[str, Any]:
-    global _SCHEMA
-    if _SCHEMA is None:
-        with open(SCHEMA_PATH, encoding="utf-8") as f:
-            _SCHEMA = json.load(f)
-    return _SCHEMA
+    """The checked-in schema (read once)."""
+    return json.loads(Path(SCHEMA_PATH).read_text(encoding="utf-8"))
 
 
 def _path_text(path: Any) -> str:
