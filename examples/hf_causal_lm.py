@@ -14,13 +14,12 @@ Needs ``pip install transformers`` on the exporting side only.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.hf_models import export_and_bundle, publish_and_pull, run_without_transformers  # noqa: E402
+from examples.hf_models import export_and_bundle, publish_pull_and_run  # noqa: E402
 
 
 def build(work: Path) -> Path:
@@ -42,11 +41,7 @@ def build(work: Path) -> Path:
 
 
 def main(work: Path) -> dict:
-    bundle = build(work)
-    ref, _pulled = publish_and_pull(work / "home", bundle, "examples/gpt2")
-    report = run_without_transformers(work / "home", [(ref, bundle)], chain=None)
-    print(json.dumps({"ref": ref, **report}, indent=2))
-    return report
+    return publish_pull_and_run(work, build(work), "examples/gpt2")
 
 
 if __name__ == "__main__":

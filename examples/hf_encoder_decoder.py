@@ -13,13 +13,12 @@
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.hf_models import export_and_bundle, publish_and_pull, run_without_transformers  # noqa: E402
+from examples.hf_models import export_and_bundle, publish_pull_and_run  # noqa: E402
 
 CHAIN = "encoder.last_hidden_state>decoder.encoder_hidden_states"
 
@@ -62,11 +61,7 @@ def build(work: Path) -> Path:
 
 
 def main(work: Path) -> dict:
-    bundle = build(work)
-    ref, _pulled = publish_and_pull(work / "home", bundle, "examples/t5")
-    report = run_without_transformers(work / "home", [(ref, bundle)], chain=CHAIN)
-    print(json.dumps({"ref": ref, **report}, indent=2))
-    return report
+    return publish_pull_and_run(work, build(work), "examples/t5", chain=CHAIN)
 
 
 if __name__ == "__main__":

@@ -91,3 +91,12 @@ def run_without_transformers(home: str | os.PathLike, cases: Sequence[tuple[str,
     if done.returncode != 0:
         raise RuntimeError(f"hf_run.py failed ({done.returncode}): {done.stdout[-2000:]} {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout)
+
+
+def publish_pull_and_run(work: Path, bundle: Path, name: str, chain: str | None = None) -> dict[str, Any]:
+    """An example's whole hand-off: publish ``bundle`` as ``name`` into ``work/home``, pull it
+    pinned by digest, run it where transformers is never imported, and print the report."""
+    ref, _pulled = publish_and_pull(work / "home", bundle, name)
+    report = run_without_transformers(work / "home", [(ref, bundle)], chain=chain)
+    print(json.dumps({"ref": ref, **report}, indent=2))
+    return report

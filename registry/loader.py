@@ -224,7 +224,7 @@ class _Vetted:
     objects: tuple[str, ...]   # pickled objects (TorchBind, opaque, sample inputs): never loaded
 
 
-def _vet(src: MaterializedBundle, report: CompatReport, wanted: Sequence[str] | None = None) -> list[_Vetted]:
+def _vet(src: MaterializedBundle, report: CompatReport) -> list[_Vetted]:
     """Vet each chosen variant's member the way torch will read it, whatever the flags: the
     canonical zip layout, the exact member allowlist, canonical JSON, the graph checks and the
     payload sizes (``open_pt2(canonical=True)``). Raises UnsafeArchiveError (exit 5) naming the
@@ -233,8 +233,6 @@ def _vet(src: MaterializedBundle, report: CompatReport, wanted: Sequence[str] | 
 
     out = []
     for name, (vid, _) in report.choices.items():
-        if wanted is not None and name not in wanted:
-            continue
         variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
         if variant is None:
             continue
@@ -316,15 +314,6 @@ def _default_sandbox() -> Any:
     return SandboxConfig.from_env(Settings.resolve().cache_dir)
 
 
-def _vet_in_sandbox(src: MaterializedBundle, chosen: Sequence[tuple[ProgramSpec, Variant]], device: str,
-                    sandbox: Any) -> dict[str, str]:
-    """First load on this machine of programs no trusted key signed: torch deserializes them in
-    one limited subprocess first (``registry.sandbox``); exit 5 when that crashes or runs out."""
-    from .sandbox import vet_programs
-
-    return vet_programs(src, chosen, device, sandbox)
-
-
 def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target: Target | None = None,
                   trust_pickle: bool = False, trust_native: bool = False) -> CompatReport:
     """Every check but the load: compatibility with the target and the pickle scan, all at once.
@@ -391,8 +380,11 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
         if variant is None:  # the aoti-target rule already failed the report; kept for safety
             raise IncompatibleError(f"program {name!r}: {reason}", findings=list(report.findings))
         chosen.append((spec, variant))
-    # right before torch reads them here: once per machine, in a limited subprocess (all at once)
-    _vet_in_sandbox(src, chosen, device, sandbox if sandbox is not None else _default_sandbox())
+    # right before torch reads them here: programs no trusted key signed are deserialized once
+    # per machine in one limited subprocess first (registry.sandbox; exit 5 if it crashes or runs out)
+    from .sandbox import vet_programs
+
+    vet_programs(src, chosen, device, sandbox if sandbox is not None else _default_sandbox())
     loaded = {}
     for spec, variant in chosen:
         loaded[spec.name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))

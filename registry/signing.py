@@ -126,17 +126,7 @@ def _load_private(path: str | os.PathLike) -> Any:
 
 
 def _load_public(path: str | os.PathLike) -> Any:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    data = _read_key_file(path, "public key")
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path} is not a PEM public key") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise UsageError(f"{path} is not an Ed25519 public key")
-    return key
+    return public_key_from_pem(_read_key_file(path, "public key"), str(path))
 
 
 def public_key_from_pem(data: bytes, what: str) -> Any:
@@ -154,28 +144,39 @@ def public_key_from_pem(data: bytes, what: str) -> Any:
     return key
 
 
-def valid_signer(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]) -> tuple[str | None, str]:
-    """(key id of the first of ``keys`` (key id -> public key) with a valid signature over
-    ``digest``, or None with why not). Never raises for a bad signature: the caller decides."""
+def _first_valid(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]
+                 ) -> tuple[str | None, str | None, bool]:
+    """(key id of the first of ``keys`` with a valid signature over ``digest`` or None, the last
+    problem seen with a signature by one of them ("signature by ... is invalid") or None,
+    whether there were any signatures at all)."""
     from cryptography.exceptions import InvalidSignature
 
     sigs = [s for s in signatures if isinstance(s, dict)]
-    bad = ""
+    bad = None
     for s in sigs:
         key = keys.get(str(s.get("key_id")))
         if key is None or s.get("algorithm") != ALGORITHM:
             continue
         if s.get("digest") not in (None, digest):
-            bad = f"its signature by {str(s['key_id'])[:19]}... is for another digest"
+            bad = f"signature by {str(s['key_id'])[:19]}... is for another digest"
             continue
         try:
             key.verify(base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
-            return str(s["key_id"]), ""
+            return str(s["key_id"]), None, True
         except (InvalidSignature, ValueError):
-            bad = f"its signature by {str(s['key_id'])[:19]}... is invalid"
+            bad = f"signature by {str(s['key_id'])[:19]}... is invalid"
+    return None, bad, bool(sigs)
+
+
+def valid_signer(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]) -> tuple[str | None, str]:
+    """(key id of the first of ``keys`` (key id -> public key) with a valid signature over
+    ``digest``, or None with why not). Never raises for a bad signature: the caller decides."""
+    signer, bad, signed = _first_valid(digest, signatures, keys)
+    if signer:
+        return signer, ""
     if bad:
-        return None, bad
-    if not sigs:
+        return None, f"its {bad}"
+    if not signed:
         return None, "it is not signed"
     return None, "it carries no signature by any of them"
 
@@ -192,26 +193,13 @@ def verify_signatures(digest: str, signatures: Iterable[dict[str, Any]], pubkey_
 
     Raises SignatureError (exit 5) when no required key signed it, or a signature is forged.
     """
-    from cryptography.exceptions import InvalidSignature
-
     keys = {key_id_of(k): k for k in (_load_public(p) for p in pubkey_paths)}
-    sigs = [s for s in signatures if isinstance(s, dict)]
-    bad = None
-    for s in sigs:
-        key = keys.get(str(s.get("key_id")))
-        if key is None or s.get("algorithm") != ALGORITHM:
-            continue
-        if s.get("digest") not in (None, digest):
-            bad = f"signature by {s['key_id'][:19]}... is for another digest"
-            continue
-        try:
-            key.verify(base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
-            return str(s["key_id"])
-        except (InvalidSignature, ValueError):
-            bad = f"signature by {s['key_id'][:19]}... is invalid"
+    signer, bad, signed = _first_valid(digest, signatures, keys)
+    if signer:
+        return signer
     if bad:
         raise SignatureError(f"{digest}: {bad}", hint="the bundle or its signature was tampered with")
-    if not sigs:
+    if not signed:
         raise SignatureError(f"{digest} is not signed", hint="a signature from a required key is needed")
     raise SignatureError(f"{digest} is not signed by any required key "
                          f"({', '.join(k[:19] + '...' for k in keys)})")

@@ -187,3 +187,28 @@ def pt2_with_dangling_output(src: Path, dest: Path) -> Path:
     model["graph_module"]["graph"]["outputs"][0] = {"as_tensor": {"name": "no_such_value"}}
     return rewrite_pt2(src, dest, {"models/model.json": json.dumps(model).encode(),
                                    "data/sample_inputs/model.pt": b""})
+
+
+# -- edits of a parsed graph JSON (``models/<prog>.json``) for the program-validation attacks --
+
+def graph_of(model: dict) -> dict:
+    return model["graph_module"]["graph"]
+
+
+def node_of(model: dict, i: int = 0) -> dict:
+    return graph_of(model)["nodes"][i]
+
+
+def sym_srepr(i: int) -> str:
+    """The srepr torch writes for size symbol ``s<i>``."""
+    return f"Symbol('s{i}', positive=True, integer=True)"
+
+
+def set_kwargs_key(model: dict, key: str) -> None:
+    """Give the program's keyword input the name ``key`` in its input treespec (torch pastes
+    these names into the Python it generates)."""
+    sig = model["graph_module"]["module_call_graph"][0]["signature"]
+    spec = json.loads(sig["in_spec"])
+    spec[1]["children_spec"][1]["context"] = json.dumps([key])
+    spec[1]["children_spec"][1]["children_spec"] = [{"type": None, "context": None, "children_spec": []}]
+    sig["in_spec"] = json.dumps(spec)

@@ -96,14 +96,14 @@ def _renumber_from_node(text: str, graph_ids: dict[Any, int]) -> str:
     stack, budget = [parsed], 100_000
     while stack and budget:
         budget -= 1
-        v = stack.pop(0)
+        v = stack.pop()  # the end of the stack is visited next: document order
         if isinstance(v, list):
-            stack[:0] = v
+            stack.extend(reversed(v))
         elif isinstance(v, dict):
             if "graph_id" in v and isinstance(v["graph_id"], (int, str)) and not isinstance(v["graph_id"], bool):
                 v["graph_id"] = graph_ids.setdefault(v["graph_id"], len(graph_ids))
             if isinstance(v.get("from_node"), list):
-                stack.insert(0, v["from_node"])
+                stack.append(v["from_node"])
     return json.dumps(parsed) if not stack else text
 
 
@@ -121,7 +121,7 @@ def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
                 continue
             if not _kept(name):
                 continue
-            if is_json_member(name) and any(archive.programs):
+            if is_json_member(name) and archive.programs:
                 value = load_json_member(archive.path, entry, where=archive.path, max_size=MAX_GRAPH_JSON_BYTES)
                 if name.startswith("models/"):
                     value = _scrub_paths(value)

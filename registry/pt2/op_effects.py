@@ -28,12 +28,11 @@ Custom (user) namespaces are not in this list: they are declared required ops th
 """
 from __future__ import annotations
 
-import functools
-import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
+
+from .datafiles import read_data_file, write_data_file
 
 __all__ = ["effect_reason", "compute", "load_frozen", "FROZEN_PATH", "main"]
 
@@ -115,10 +114,9 @@ def compute() -> dict[str, Any]:
     }
 
 
-@functools.cache
 def load_frozen() -> dict[str, Any]:
     """The checked-in list (read once)."""
-    return json.loads(Path(FROZEN_PATH).read_text(encoding="utf-8"))
+    return read_data_file(FROZEN_PATH)
 
 
 def refused(namespace: str, op: str, overload: str) -> str | None:
@@ -135,9 +133,7 @@ def refused(namespace: str, op: str, overload: str) -> str | None:
 
 def main() -> None:
     doc = compute()
-    tmp = FROZEN_PATH.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, FROZEN_PATH)
+    write_data_file(FROZEN_PATH, doc)
     print(f"{FROZEN_PATH}: {len(doc['ops'])} operators, namespaces {', '.join(doc['namespaces'])}")
 
 

@@ -17,12 +17,11 @@ Field checks (``checks``) let the caller constrain values by where they are, e.g
 """
 from __future__ import annotations
 
-import functools
-import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from .datafiles import read_data_file, write_data_file
 
 __all__ = ["SCHEMA_PATH", "generate", "load_schema", "validate", "SchemaError", "main", "torch_schema_yaml"]
 
@@ -84,10 +83,9 @@ def generate(schema_yaml: Mapping[str, Any], torch_version: str | None = None) -
     }
 
 
-@functools.cache
 def load_schema() -> dict[str, Any]:
     """The checked-in schema (read once)."""
-    return json.loads(Path(SCHEMA_PATH).read_text(encoding="utf-8"))
+    return read_data_file(SCHEMA_PATH)
 
 
 def _path_text(path: Any) -> str:
@@ -260,9 +258,7 @@ def generate_installed() -> dict[str, Any]:
 
 def main() -> None:
     doc = generate_installed()
-    tmp = SCHEMA_PATH.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, SCHEMA_PATH)
+    write_data_file(SCHEMA_PATH, doc)
     print(f"{SCHEMA_PATH}: {len(doc['types'])} types, schema {doc['schema_version']}")
 
 

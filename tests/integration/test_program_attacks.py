@@ -17,7 +17,8 @@ import pytest
 
 from registry.errors import UnsafeArchiveError
 from tests.cli_inprocess import push_unchecked, refused
-from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2
+from tests.hostile import (bundle_with_raw_member, graph_of as _g, node_of as _node, read_json_member, rewrite_pt2,
+                           set_kwargs_key, sym_srepr as _sym)
 
 MEMBER = "programs/decoder.pt2"
 VICTIM_BYTES = b"the user's precious data\n" * 4
@@ -25,18 +26,6 @@ VICTIM_BYTES = b"the user's precious data\n" * 4
 
 def _touch(marker: Path) -> str:
     return f"__import__('os').system('touch {marker}')"
-
-
-def _sym(i: int) -> str:
-    return f"Symbol('s{i}', positive=True, integer=True)"
-
-
-def _g(m):
-    return m["graph_module"]["graph"]
-
-
-def _node(m, i=0):
-    return _g(m)["nodes"][i]
 
 
 def _rename_user_input(m, new):
@@ -74,7 +63,7 @@ VARIANTS = {
         f"L['x'].size()[0] >= 0 or ({_touch(mk)} == 0)"), "guards_code"),
     "input_name": (lambda m, mk, v: _rename_user_input(m, f"x=({_touch(mk)})"), "not an identifier"),
     "node_name": (lambda m, mk, v: _node(m).update(name=f"y = {_touch(mk)}"), "nodes[0].name"),
-    "kwargs_in_spec": (lambda m, mk, v: _kwargs_key(m, f"k':{_touch(mk)},'"), "in_spec"),
+    "kwargs_in_spec": (lambda m, mk, v: set_kwargs_key(m, f"k':{_touch(mk)},'"), "in_spec"),
     "stack_trace": (lambda m, mk, v: _node(m)["metadata"].update(
         stack_trace=f'File "a.py", line 1, in f\r{_touch(mk)}'), "stack_trace"),
     "metadata_key": (lambda m, mk, v: _node(m)["metadata"].update(exec=_touch(mk)), "node metadata key"),
@@ -92,14 +81,6 @@ VARIANTS = {
         f"FloorDiv(Add({', '.join(f'Mul(Integer({k + 2}), {_sym(6 * k + j)})' for j in range(6))}), Integer(3))"
         for k in range(60)]), "too costly"),
 }
-
-
-def _kwargs_key(m, key):
-    sig = m["graph_module"]["module_call_graph"][0]["signature"]
-    spec = json.loads(sig["in_spec"])
-    spec[1]["children_spec"][1]["context"] = json.dumps([key])
-    spec[1]["children_spec"][1]["children_spec"] = [{"type": None, "context": None, "children_spec": []}]
-    sig["in_spec"] = json.dumps(spec)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from registry.pt2.guards import GuardError, GuardFailure, check_guards, compile_guards, parse_guard
 from registry.pt2.safety import unsafe_in_graph
-from tests.hostile import read_json_member
+from tests.hostile import graph_of as _g, node_of as _node, read_json_member, set_kwargs_key, sym_srepr as _sym
 
 PAYLOAD = "__import__('os').system('touch /tmp/PWNED')"
 
@@ -34,14 +34,6 @@ def _mutated(model, fn):
     m = copy.deepcopy(model)
     fn(m)
     return unsafe_in_graph(m)
-
-
-def _g(m):
-    return m["graph_module"]["graph"]
-
-
-def _node(m, i=0):
-    return _g(m)["nodes"][i]
 
 
 def _first_tensor_arg(m):
@@ -108,20 +100,12 @@ NAME_ATTACKS = {
         forward_arg_names=["x):\n    import os#"]), "forward_arg_names[0]"),
     "module_fqn": (lambda m: m["graph_module"]["module_call_graph"].append({"fqn": "a['b']", "signature": None}),
                    "].fqn: attribute path"),
-    "kwargs_key_in_spec": (lambda m: _set_kwargs_key(m, "k':__import__('os').system('id'),'"), "in_spec: keyword input"),
+    "kwargs_key_in_spec": (lambda m: set_kwargs_key(m, "k':__import__('os').system('id'),'"), "in_spec: keyword input"),
     "treespec_type": (lambda m: _set_spec_type(m, "os.system('id')"), "treespec type"),
     "verifier": (lambda m: m.update(verifiers=["ATEN; import os"]), "verifiers[0]"),
     "device_type": (lambda m: _device(m).update(type="cpu'); import os; ('"), "device type"),
     "class_fqn": (lambda m: _g(m)["inputs"].append({"as_custom_obj": {"name": "obj", "class_fqn": "a b"}}), "class_fqn"),
 }
-
-
-def _set_kwargs_key(m, key):
-    sig = m["graph_module"]["module_call_graph"][0]["signature"]
-    spec = json.loads(sig["in_spec"])
-    spec[1]["children_spec"][1]["context"] = json.dumps([key])
-    spec[1]["children_spec"][1]["children_spec"] = [{"type": None, "context": None, "children_spec": []}]
-    sig["in_spec"] = json.dumps(spec)
 
 
 def _set_spec_type(m, typ):
@@ -256,10 +240,6 @@ def test_custom_op_namespaces_stay_allowed(models):
 
 
 # ------------------------------------------------------------------- size-expression bombs (7b)
-def _sym(i):
-    return f"Symbol('s{i}', positive=True, integer=True)"
-
-
 def _with_exprs(exprs):
     def fn(m):
         tv = _g(m)["tensor_values"]
