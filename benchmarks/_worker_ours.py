@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-import registry.archive.bundle  # noqa: F401
+import registry.format.bundle  # noqa: F401
 import registry.blobs.local  # noqa: F401
 import registry.blobs.s3  # noqa: F401  (boto3, s3transfer)
-import registry.client  # noqa: F401
+import registry.client.api  # noqa: F401
 import registry.store  # noqa: F401  (sqlalchemy, alembic)
 from _proc import peak_mib, serve
 
@@ -23,7 +23,7 @@ def do(mode: str, cfg: dict) -> dict:
     if mode in ("load", "torch-load", "baseline-torch"):
         import torch  # noqa: F401  (a load needs torch; its baseline imports it too)
 
-        import registry.loader  # noqa: F401
+        import registry.runtime.loader  # noqa: F401
     from registry.client import Registry
     from registry.config import Settings
 
@@ -36,7 +36,7 @@ def do(mode: str, cfg: dict) -> dict:
     elif mode == "pull":
         reg().pull(cfg["ref"], cfg["out"])
     elif mode == "load":
-        from registry.loader import load_bundle
+        from registry.runtime.loader import load_bundle
 
         load_bundle(reg().materialize(cfg["ref"]), device="cpu")
     elif mode == "torch-load":

@@ -92,7 +92,7 @@ def store_growth(ms, work) -> tuple[Row, dict]:
 
 
 def vet_share(ms, reps: int, push_whole: float) -> tuple[Row, float]:
-    from registry.archive.bundle import BundleFile
+    from registry.format.bundle import BundleFile
     from registry.pt2.reader import check_bundle_programs
 
     path = ms.bundle("base")

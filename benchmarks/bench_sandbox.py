@@ -1,7 +1,7 @@
 """First-load sandbox: what deserializing an unsigned program in a limited subprocess first adds.
 
 The first time a machine loads a program whose bundle no trusted key signed, ``registry.load``
-runs the same deserialization in ``python -m registry.sandbox`` (RLIMIT_AS/CPU, wall timeout)
+runs the same deserialization in ``python -m registry.runtime.sandbox`` (RLIMIT_AS/CPU, wall timeout)
 before loading it in-process; the verdict is cached by the program's digest. Side by side, in
 one run, with medians over ``--reps``:
 

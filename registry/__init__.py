@@ -22,21 +22,21 @@ _LAZY = {
     "Registry": ("registry.client", "Registry"),
     "Settings": ("registry.config", "Settings"),
     "Ref": ("registry.refs", "Ref"),
-    "Manifest": ("registry.manifest", "Manifest"),
-    "BundleFile": ("registry.archive.bundle", "BundleFile"),
+    "Manifest": ("registry.format.manifest", "Manifest"),
+    "BundleFile": ("registry.format.bundle", "BundleFile"),
     "build_bundle": ("registry.bundler", "build_bundle"),
     "bundle_exported_programs": ("registry.bundler", "bundle_exported_programs"),
     "ProgramInput": ("registry.bundler", "ProgramInput"),
     "SampleInput": ("registry.bundler", "SampleInput"),
-    "load": ("registry.loader", "load"),
+    "load": ("registry.runtime.loader", "load"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .archive.bundle import BundleFile
+    from .format.bundle import BundleFile
     from .bundler import ProgramInput, SampleInput, build_bundle, bundle_exported_programs
     from .client import Registry
     from .config import Settings
-    from .manifest import Manifest
+    from .format.manifest import Manifest
     from .refs import Ref
 
 

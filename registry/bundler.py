@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .archive.bundle import write_bundle
-from .archive.zipsafe import read_entries
-from .chunking import MIN_CHUNK, MIN_MEMBER, hash_chunks, plan_chunks
+from .format.bundle import write_bundle
+from .format.zipsafe import read_entries
+from .format.chunking import MIN_CHUNK, MIN_MEMBER, hash_chunks, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
-from .manifest import Manifest
+from .format.manifest import Manifest
 from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
@@ -60,7 +60,7 @@ class BuildResult:
     path: Path
     manifest: Manifest
     warnings: tuple[str, ...]
-    notes: tuple[str, ...] = ()   # Dim names carried from one program to another (registry.dim_names)
+    notes: tuple[str, ...] = ()   # Dim names carried from one program to another (registry.format.dim_names)
 
     @property
     def digest(self) -> str:
@@ -95,7 +95,7 @@ def _variant_id(target: Mapping[str, Any]) -> str:
 
 
 def _baked_warnings(name: str, prog: Mapping[str, Any]) -> list[str]:
-    from .inspection import baked_device_groups
+    from .cli.views import baked_device_groups
 
     return [f"program {name!r}: {g['head']}, moved to the target device at load"
             + (f": {g['quote']}" if g["quote"] else "") for g in baked_device_groups(prog["baked_devices"])]
@@ -162,7 +162,7 @@ class _Builder:
             member = self.add_file(f"programs/{name}.pt2", norm, "program")
             desc = dict(archive.programs[inner_name])
             for op in desc["required_ops"]:
-                from .torchrt import op_schema
+                from .runtime.torchrt import op_schema
 
                 op["schema"] = op_schema(op["target"])
             desc["serialization"]["archive_version"] = archive.archive_version
@@ -238,7 +238,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
     """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically.
 
     ``dim_names``: program -> {symbol (``s31``) or ``INPUT.D``: Dim name}; names are also
-    carried to other programs' inputs at the same position (``registry.dim_names``)."""
+    carried to other programs' inputs at the same position (``registry.format.dim_names``)."""
     if not programs:
         raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
     meta = {}
@@ -254,12 +254,12 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         b = _Builder(work)
         for i, src in enumerate(programs):
             b.add_program(src, i)
-        from .dim_names import name_dims
+        from .format.dim_names import name_dims
 
         dim_notes = name_dims(b.programs, dim_names)
         sample_entries = _build_samples(b, samples, rtol, atol, trust_pickle)
         hw = sorted({d for p in b.programs.values() for d in p["dtypes"]} & HARDWARE_DTYPES)
-        from .torchrt import environment
+        from .runtime.torchrt import environment
 
         raw = {
             "format": BUNDLE_FORMAT,
@@ -292,8 +292,8 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         return []
     from torch.utils._pytree import tree_flatten
 
-    from .samples import call_arguments, run_program, without_constants, write_sample
-    from .torchrt import load_inputs_file
+    from .runtime.samples import call_arguments, run_program, without_constants, write_sample
+    from .runtime.torchrt import load_inputs_file
 
     modules: dict[str, Any] = {}
     entries = []
@@ -330,15 +330,15 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
 def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any], label: str | None = None,
                       name: str | None = None) -> Any:
     from .errors import IncompatibleError
-    from .torchrt import load_exported_program, op_schema
+    from .runtime.torchrt import load_exported_program, op_schema
 
     missing = [op["name"] for op in program["required_ops"] if op_schema(op["target"]) is None]
     if missing:
         raise IncompatibleError(
             f"cannot compute golden samples: custom op {missing[0]} is not registered in this process",
             hint="pass --import MODULE (or --load-library PATH.so) that registers it, or bundle without --sample")
-    from .manifest import ProgramSpec
-    from .torchrt import stand_in_pytree_classes
+    from .format.manifest import ProgramSpec
+    from .runtime.torchrt import stand_in_pytree_classes
 
     stand_in_pytree_classes(ProgramSpec(inner, program).pytree_classes)  # library output classes
     return load_exported_program(path, inner, label=label, program=name).module()
@@ -353,7 +353,7 @@ def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any]
     >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds},
     ...                          samples={"encoder": [(tokens,)]})           # doctest: +SKIP
     """
-    from .torchrt import dim_names_of, save_exported_program
+    from .runtime.torchrt import dim_names_of, save_exported_program
 
     work = Path(tempfile.mkdtemp(prefix="pt2reg-eps-"))
     try:

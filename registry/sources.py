@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .archive.bundle import BundleFile
+from .format.bundle import BundleFile
 from .atomic import atomic_write
 from .digests import hex_of, iter_chunks
 from .errors import IntegrityError
-from .manifest import Manifest
+from .format.manifest import Manifest
 
 __all__ = ["MaterializedBundle", "BlobCache", "materialize_file"]
 

@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from registry.bundler import ProgramInput, SampleInput, build_bundle
     from registry.errors import InputValidationError
-    from registry.loader import load_bundle, verify_bundle
+    from registry.runtime.loader import load_bundle, verify_bundle
     from registry.sources import materialize_file
-    from registry.target_probe import probe
-    from registry.torchrt import dim_names_of, save_exported_program
+    from registry.runtime.probe import probe
+    from registry.runtime.torchrt import dim_names_of, save_exported_program
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="pt2reg-gpu-smoke-"))
     work.mkdir(parents=True, exist_ok=True)

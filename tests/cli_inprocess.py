@@ -51,7 +51,7 @@ def refused(result, *needles: str, code: int = 5) -> str:
 def push_unchecked(home: Path, bundle: Path, name: str, monkeypatch) -> None:
     """Publish without the push-time program checks: what a hostile or older client, or anyone
     with write access to the database and store, can leave in a registry."""
-    import registry.client as client_mod
+    import registry.client.api as client_mod
     from registry.client import Registry
     from registry.config import Settings
 

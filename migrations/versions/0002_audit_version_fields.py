@@ -6,7 +6,7 @@ Create Date: 2026-11-24
 
 From this revision a ``publish`` event's details carry ``fields``: the sha256 of the version's
 ``created_by``, ``metadata_json`` and lineage edges exactly as stored
-(:func:`registry.audit_chain.version_fields_hash`), and ``audit --verify`` recomputes it from
+(:func:`registry.store.audit_chain.version_fields_hash`), and ``audit --verify`` recomputes it from
 the tables. For versions published before, this migration *appends* one ``attest`` event per
 version recording the same hash of what the tables hold at upgrade time. Nothing already in the
 chain changes, so it still verifies; an edit made before the upgrade is vouched for by it (the
@@ -36,7 +36,7 @@ AUDIT_LOCK_KEY = 0x70743261  # registry.store.audit_log.AUDIT_LOCK_KEY ("pt2a")
 def _db_now(conn: sa.Connection) -> str:
     from datetime import datetime, timezone
 
-    from registry.audit_chain import format_ts
+    from registry.store.audit_chain import format_ts
 
     if conn.dialect.name == "postgresql":
         return conn.execute(sa.text(
@@ -47,7 +47,7 @@ def _db_now(conn: sa.Connection) -> str:
 
 
 def upgrade() -> None:
-    from registry.audit_chain import GENESIS_HASH, seal, version_fields_hash
+    from registry.store.audit_chain import GENESIS_HASH, seal, version_fields_hash
 
     conn = op.get_bind()
     if conn.dialect.name == "postgresql":

@@ -62,7 +62,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
     same position (input i, dim d) when its range is the same (printed as a note).
     """
     from ..bundler import DEFAULT_ATOL, DEFAULT_RTOL, ProgramInput, SampleInput, build_bundle
-    from ..client import build_info
+    from ..client.api import build_info
 
     inputs = [ProgramInput(*_program_arg(p)) for p in programs]
     sample_inputs = []
@@ -71,7 +71,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
         if not sep or not name or not path:
             raise click.BadParameter(f"expected NAME=INPUTS.pt, got {s!r}", param_hint="--sample")
         sample_inputs.append(SampleInput(name, path))
-    from ..dim_names import parse_dim_option
+    from ..format.dim_names import parse_dim_option
 
     dim_names: dict[str | None, dict[str, str]] = {}
     for d in dims:
@@ -80,7 +80,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
             raise click.BadParameter(f"{prog + ':' if prog else ''}{symbol} named twice", param_hint="--dim")
         dim_names[prog][symbol] = dim_name
     if imports or libraries:
-        from ..torchrt import import_modules, load_libraries
+        from ..runtime.torchrt import import_modules, load_libraries
 
         load_libraries(libraries)
         import_modules(imports)
@@ -113,7 +113,7 @@ def inspect(app: App, target: str, as_json: bool) -> None:
     A local bundle file is verified member by member (exit 5 on any mismatch); a REF is read
     from the registry's metadata without downloading blobs.
     """
-    from ..inspection import inspect_target
+    from .views import inspect_target
     from .render import print_bundle
 
     view = inspect_target(target, lambda: app.registry)

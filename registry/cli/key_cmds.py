@@ -17,7 +17,7 @@ def key() -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 def key_generate(path: str) -> None:
     """Write PATH.key (private, mode 0600) and PATH.pub (share this one)."""
-    from ..signing import generate_keypair
+    from ..format.signing import generate_keypair
 
     key_path, pub_path = generate_keypair(path)
     click.echo(f"{key_path}\n{pub_path}")

@@ -84,7 +84,7 @@ def print_bundle(view: Mapping[str, Any]) -> None:
         for i in prog["inputs"]:
             table.add_row("in", esc(i["name"]), esc(i.get("path", "")), esc(i["dtype"]), esc(format_shape(i["shape"])))
         if prog.get("constant_inputs"):  # baked in at export: a call passes the same value or none
-            from ..samples import baked_arguments
+            from ..runtime.samples import baked_arguments
 
             for a in baked_arguments(dict(prog)):
                 table.add_row("const", esc(a["name"]), esc(a["path"]),

@@ -37,11 +37,11 @@ def _console() -> Any:
 def _materialize(app: App, source: str) -> Any:
     """The bundle as verified files, with the trust policy enforced (exit 5 before any load)."""
     from ..errors import NotFoundError
-    from ..inspection import looks_like_file
+    from .views import looks_like_file
     from ..sources import materialize_file
 
     if looks_like_file(source):
-        from ..trust import establish_trust, load_policy
+        from ..runtime.trust import establish_trust, load_policy
 
         if not os.path.exists(source):
             raise NotFoundError(f"{source}: no such file", what="file", name=source)
@@ -52,7 +52,7 @@ def _materialize(app: App, source: str) -> Any:
 
 def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> Any:
     """``src`` with the ``--require-signature`` keys checked (exit 5) and counted as trusted."""
-    from ..trust import establish_trust
+    from ..runtime.trust import establish_trust
 
     return establish_trust(src, None, require_signature=pubkeys)
 
@@ -64,12 +64,12 @@ def _native_notes(report: Any) -> list[dict[str, Any]]:
 
 def _target_for(src: Any, device: str | None, target_file: str | None, imports: tuple[str, ...],
                 libraries: tuple[str, ...]) -> Any:
-    from ..loader import needs_cpu_isa
-    from ..target import Target
-    from ..target_probe import probe
+    from ..runtime.loader import needs_cpu_isa
+    from ..runtime.target import Target
+    from ..runtime.probe import probe
 
     if target_file:
-        from ..torchrt import import_modules, load_libraries
+        from ..runtime.torchrt import import_modules, load_libraries
 
         load_libraries(list(libraries))
         import_modules(list(imports))
@@ -108,7 +108,7 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
       pt2reg target --device cuda:0 --import mylib.ops --json > box.json
       pt2reg verify team/model@prod --target box.json
     """
-    from ..target_probe import probe
+    from ..runtime.probe import probe
 
     t = probe(device, imports, libraries)
     if as_json:
@@ -165,7 +165,7 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
     pickled members, a missing trusted signature, or a program with only native variants.
     """
     from ..errors import IncompatibleError, UnsafeArchiveError
-    from ..loader import verify_bundle
+    from ..runtime.loader import verify_bundle
 
     src = _materialize(app, source)
     src = _require_signature(src, pubkeys)
@@ -252,9 +252,9 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     skips it), exit 5 if that crashes or runs out of memory or time.
     """
     from ..errors import RegistryError, UsageError
-    from ..loader import load_bundle, save_outputs
-    from ..sandbox import SandboxConfig
-    from ..target_probe import default_device
+    from ..runtime.loader import load_bundle, save_outputs
+    from ..runtime.sandbox import SandboxConfig
+    from ..runtime.probe import default_device
 
     if not inputs_file and not samples:
         raise UsageError("nothing to run", hint="pass --inputs FILE.pt or --samples")
@@ -271,8 +271,8 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
         program = names[0]
     value = None
     if inputs_file:
-        from ..loader import precheck_inputs
-        from ..torchrt import load_inputs_file
+        from ..runtime.loader import precheck_inputs
+        from ..runtime.torchrt import load_inputs_file
 
         value = load_inputs_file(inputs_file)
         precheck_inputs(src.manifest.programs[program], value)  # the manifest suffices: before the load
@@ -315,8 +315,8 @@ def _precheck_samples(src: Any, program: str | None, as_json: bool) -> None:
     """Golden samples whose inputs the manifest already refuses: reported (exit 1) before any
     program is loaded, as ``run --samples`` would after loading it."""
     from ..errors import InputValidationError, RegistryError
-    from ..loader import SampleResult, precheck_inputs
-    from ..samples import read_sample
+    from ..runtime.loader import SampleResult, precheck_inputs
+    from ..runtime.samples import read_sample
 
     bad, count = [], 0
     for s in src.manifest.samples:

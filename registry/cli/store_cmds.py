@@ -45,7 +45,7 @@ def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tu
     """
     import os
 
-    from ..publishing import publish
+    from ..client.provenance import publish
 
     size = os.path.getsize(bundle) if os.path.exists(bundle) else 0
     with transfer_progress(size, f"push {name}", enabled=not as_json) as progress:

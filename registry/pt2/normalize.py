@@ -21,9 +21,9 @@ import os
 import re
 from typing import Any
 
-from ..archive.zipsafe import open_entry
+from ..format.zipsafe import open_entry
 from ..atomic import atomic_write
-from ..archive.zipwrite import DeterministicZipWriter
+from ..format.zipwrite import DeterministicZipWriter
 from ..constants import MAX_GRAPH_JSON_BYTES
 from ..digests import canonical_json
 from .reader import (CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member,

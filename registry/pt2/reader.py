@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..archive.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
+from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..digests import canonical_json
 from ..errors import UnsafeArchiveError

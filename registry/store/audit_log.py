@@ -1,6 +1,6 @@
 """The audit log's table side: appending chained events and reading alias history.
 
-Hashing and verification rules live in :mod:`registry.audit_chain` (pure); this module applies
+Hashing and verification rules live in :mod:`registry.store.audit_chain` (pure); this module applies
 them inside a store transaction. An append serializes with every other append before it reads
 the previous hash: PostgreSQL takes a transaction-scoped advisory lock, SQLite already holds the
 database write lock (``BEGIN IMMEDIATE``). The event commits or rolls back with the change it
@@ -15,10 +15,10 @@ from typing import Any, Mapping
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from ..audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
+from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError
-from ..manifest import stored_blobs
+from ..format.manifest import stored_blobs
 from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, VersionBlobRow, VersionRow,
                   json_text, now_text)
 

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..audit_chain import parse_ts
+from .audit_chain import parse_ts
 from .orm import AliasRow, LineageRow, ModelRow, VersionRow
 from .records import LineageNode
 

@@ -3,7 +3,7 @@
 Conventions, chosen so the same rows round-trip identically on SQLite and PostgreSQL:
 
 - Timestamps are canonical UTC text (``2026-11-22T02:03:04.123456Z``, see
-  :func:`registry.audit_chain.format_ts`): the audit hash covers them, they sort as text and
+  :func:`registry.store.audit_chain.format_ts`): the audit hash covers them, they sort as text and
   compare with ``>=`` without per-backend datetime semantics.
 - JSON values are canonical JSON text (``*_json`` columns): byte-stable, portable, hashable.
 - Constraint names follow :data:`NAMING` so future migrations can refer to them on both backends.
@@ -21,7 +21,7 @@ from sqlalchemy import (BigInteger, CheckConstraint, ForeignKey, Index, Integer,
                         String, Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ..audit_chain import format_ts, parse_ts
+from .audit_chain import format_ts, parse_ts
 from ..digests import canonical_json
 from ..errors import UsageError
 from .records import AuditEvent, LineageEdge, PendingPush, SignatureRecord, VersionRecord
@@ -238,7 +238,7 @@ class AuditEventRow(Base):
                           json.loads(self.details_json), self.prev_hash, self.hash)
 
     def to_chain_dict(self) -> dict:
-        """The stored values verbatim, for :func:`registry.audit_chain.verify_chain`."""
+        """The stored values verbatim, for :func:`registry.store.audit_chain.verify_chain`."""
         return {"seq": self.seq, "ts": self.ts, "actor": self.actor, "host": self.host,
                 "action": self.action, "model": self.model, "version": self.version,
                 "digest": self.digest, "ref": self.ref, "details": self.details_json,

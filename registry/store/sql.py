@@ -29,9 +29,9 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
-from ..audit_chain import ChainVerdict, format_ts, parse_ts
+from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import ConflictError, IntegrityError, NotFoundError, UsageError
-from ..manifest import stored_blobs
+from ..format.manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from . import audit_log, writes
 from . import lineage as graph

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..audit_chain import version_fields_hash
+from .audit_chain import version_fields_hash
 from ..errors import ConflictError, NotFoundError, UsageError
 from ..refs import validate_digest
 from .audit_log import append_event
@@ -137,7 +137,7 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
 
 def fields_hash(actor: str, metadata_json: str, edges: list[LineageEdge]) -> str:
     """What a new version's publish event records as ``fields`` (see
-    :func:`registry.audit_chain.version_fields_hash`), from the values exactly as stored."""
+    :func:`registry.store.audit_chain.version_fields_hash`), from the values exactly as stored."""
     return version_fields_hash(actor, metadata_json, [
         (e.kind, e.value, e.digest, json_text(e.extra, "lineage extra") if e.extra else None)
         for e in edges])

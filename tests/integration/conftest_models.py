@@ -196,7 +196,7 @@ def aoti(tmp_path_factory: pytest.TempPathFactory) -> Built:
     import torch
 
     from registry.bundler import ProgramInput, SampleInput, build_bundle
-    from registry.torchrt import dim_names_of, save_exported_program
+    from registry.runtime.torchrt import dim_names_of, save_exported_program
 
     out = tmp_path_factory.mktemp("aoti")
     enc, ep, ds = _encoder_export()
@@ -219,7 +219,7 @@ def aoti(tmp_path_factory: pytest.TempPathFactory) -> Built:
 @pytest.fixture(scope="session")
 def pickled(tmp_path_factory: pytest.TempPathFactory) -> Built:
     from registry.bundler import ProgramInput, build_bundle
-    from registry.torchrt import save_exported_program
+    from registry.runtime.torchrt import save_exported_program
 
     out = tmp_path_factory.mktemp("pickled")
     _, ep, _ = _encoder_export()
@@ -249,7 +249,7 @@ def cuda_target(tmp_path: Path):
     """Write a target JSON for a CUDA machine (this one's facts, device switched)."""
     import json
 
-    from registry.target_probe import probe
+    from registry.runtime.probe import probe
 
     def make(cc: tuple[int, int] = (9, 0), **changes: Any) -> Path:
         doc = probe("cpu", cpu_isa=False).to_json()

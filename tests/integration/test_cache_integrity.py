@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 
 
 def _cache_file(reg_env, digest):
@@ -69,7 +69,7 @@ def test_damaged_cache_entries_are_fetched_again_never_loaded(reg_env, bundles, 
 
 
 def test_damaged_cache_under_a_bundle_file_is_rewritten_from_the_file(bundles, tmp_path):
-    from registry.loader import load
+    from registry.runtime.loader import load
     from registry.sources import BlobCache
 
     good = bundles["v2"]

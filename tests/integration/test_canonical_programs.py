@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.archive.bundle import BundleFile
-from registry.archive.zipsafe import read_canonical_entries
+from registry.format.bundle import BundleFile
+from registry.format.zipsafe import read_canonical_entries
 from registry.errors import UnsafeArchiveError
 from tests.cli_inprocess import push_unchecked, refused
 from tests.hostile import (bundle_with_raw_member, canonical_pt2_bytes, evil_pickle,

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import pytest
 
-from registry.archive.bundle import BundleFile
-from registry.archive.zipwrite import DeterministicZipWriter
+from registry.format.bundle import BundleFile
+from registry.format.zipwrite import DeterministicZipWriter
 from registry.constants import MANIFEST_MEMBER
-from registry.manifest import Manifest
+from registry.format.manifest import Manifest
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from registry.archive.bundle import BundleFile  # noqa: E402
-from registry.target import Target  # noqa: E402
+from registry.format.bundle import BundleFile  # noqa: E402
+from registry.runtime.target import Target  # noqa: E402
 from tests.cli_inprocess import invoker, one_error_line
 from tests.integration.conftest_models import baked_source_line, run_cli_subprocess  # noqa: E402
 
@@ -75,12 +75,12 @@ def test_run_samples_prints_max_errors(pt2reg, encdec):
 
 
 def test_samples_outside_tolerance_exit_1(pt2reg, encdec, monkeypatch):
-    import registry.samples
+    import registry.runtime.samples
 
     def drifted(actual, expected, rtol, atol):
         return [{"output": 0, "ok": False, "max_abs": 0.5, "max_rel": 0.25}]
 
-    monkeypatch.setattr(registry.samples, "compare_outputs", drifted)
+    monkeypatch.setattr(registry.runtime.samples, "compare_outputs", drifted)
     r = pt2reg("run", encdec.path, "--samples", "--program", "encoder", "--json")
     assert r.exit_code == 1
     assert one_error_line(r) == "error: 1 of 1 sample(s) failed, first encoder-0: outputs outside tolerance"
@@ -151,11 +151,11 @@ def test_malformed_target_file_exits_2(pt2reg, encdec, tmp_path):
 
 
 def test_require_signature_hook(pt2reg, encdec, tmp_path):
-    if importlib.util.find_spec("registry.signing") is None:
+    if importlib.util.find_spec("registry.format.signing") is None:
         r = pt2reg("verify", encdec.path, "--require-signature", "key.pub")
         assert r.exit_code == 2 and one_error_line(r) == "error: signature checking is not available yet"
         return
-    from registry.signing import generate_keypair
+    from registry.format.signing import generate_keypair
 
     _, pub = generate_keypair(tmp_path / "k")
     for command in (("verify",), ("run", "--samples")):

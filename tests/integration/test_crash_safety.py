@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from tests.big_bundle import BigBundles
 from tests.fixtures_pt2 import ROOT
 from tests.fixtures_registry import RegistryEnv

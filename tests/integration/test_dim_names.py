@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from registry.dim_names import name_dims, parse_dim_option
+from registry.format.dim_names import name_dims, parse_dim_option
 from registry.errors import UsageError
 from tests.cli_inprocess import refused
 

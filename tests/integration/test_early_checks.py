@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import registry.loader as loader_mod
+import registry.runtime.loader as loader_mod
 from tests.cli_inprocess import refused
 
 
@@ -56,8 +56,8 @@ def test_precheck_passes_what_the_call_accepts(translator, pt2_dir, tmp_path):
 
 def test_samples_the_manifest_refuses_fail_before_loading(pt2reg, translator, tmp_path, no_load):
     """A bundle whose golden sample no longer fits its program's ranges (edited by hand)."""
-    from registry.archive.bundle import BundleFile, write_bundle
-    from registry.manifest import Manifest
+    from registry.format.bundle import BundleFile, write_bundle
+    from registry.format.manifest import Manifest
 
     good = BundleFile.open(translator)
     raw = json.loads(json.dumps(good.manifest.raw))

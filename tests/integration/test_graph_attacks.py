@@ -59,7 +59,7 @@ def test_bundler_refuses_to_deserialize_crafted_pt2(pt2_dir, tmp_path, marker, k
 def test_crafted_bundle_is_refused_before_torch_sees_it(pt2_dir, bundles, tmp_path, marker, kind):
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import UnsafeArchiveError
-    from registry.loader import load_bundle, verify_bundle
+    from registry.runtime.loader import load_bundle, verify_bundle
     from registry.sources import materialize_file
 
     evil, needle = _craft(kind, pt2_dir, tmp_path, marker)

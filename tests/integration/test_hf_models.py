@@ -131,7 +131,7 @@ def test_verify_says_stand_in(hf_bundles: dict[str, Path], hf_home: Path) -> Non
 
 
 def _registered(name: str) -> bool:
-    from registry.torchrt import pytree_registered
+    from registry.runtime.torchrt import pytree_registered
 
     return pytree_registered(name)
 
@@ -171,8 +171,8 @@ _DC_SPEC = json.dumps([1, {"type": "mylib.outputs.DC", "context": "[[\"a\"], [\"
 def test_unstandable_class_is_exit_4_naming_the_module() -> None:
     from types import SimpleNamespace
 
-    from registry.compat import pytree_class_rule
-    from registry.manifest import ProgramSpec
+    from registry.runtime.compat import pytree_class_rule
+    from registry.format.manifest import ProgramSpec
     from registry.pt2.treespec import leaf_paths, pytree_classes
 
     assert pytree_classes(_NT_SPEC) == [{"type": "mylib.outputs.Pair", "fields": None, "style": None}]
@@ -188,7 +188,7 @@ def test_unstandable_class_is_exit_4_naming_the_module() -> None:
 
 def test_torch_pytree_failure_is_incompatible_not_damaged() -> None:
     from registry.errors import IncompatibleError
-    from registry.torchrt import torch_loading
+    from registry.runtime.torchrt import torch_loading
 
     with pytest.raises(IncompatibleError) as info:
         with torch_loading("program 'm'", "damaged"):
@@ -201,7 +201,7 @@ def test_dataclass_stand_in_round_trips() -> None:
     from torch.utils import _pytree as pytree
 
     from registry.pt2.treespec import pytree_classes
-    from registry.torchrt import stand_in_pytree_classes
+    from registry.runtime.torchrt import stand_in_pytree_classes
 
     stand_in_pytree_classes(pytree_classes(_DC_SPEC))
     spec = pytree.treespec_loads(_DC_SPEC)

@@ -83,7 +83,7 @@ def test_push_refuses_malformed_signatures(reg_env, tmp_path, case):
 def test_repush_of_a_damaged_copy_fails_even_when_every_blob_is_stored(reg_env, bundles, tmp_path):
     """Dedup must not skip verification: a copy with one flipped byte in any member is refused
     although the store already holds every blob of the intact bundle."""
-    from registry.archive.bundle import BundleFile
+    from registry.format.bundle import BundleFile
 
     good = bundles["ed"]
     assert reg_env.cli("push", str(good), "--name", "ed").returncode == 0
@@ -105,7 +105,7 @@ def test_repush_of_a_damaged_copy_fails_even_when_every_blob_is_stored(reg_env, 
 def test_push_replaces_a_stored_blob_of_the_wrong_size(reg_env, bundles, tmp_path):
     """A damaged (truncated) blob in the store is not trusted by a later push of the same bytes:
     it is replaced, and the new version pulls byte-identical."""
-    from registry.archive.bundle import BundleFile
+    from registry.format.bundle import BundleFile
 
     good = bundles["v3"]
     assert reg_env.cli("push", str(good), "--name", "a").returncode == 0

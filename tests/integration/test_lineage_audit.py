@@ -310,7 +310,7 @@ def test_audit_verify_detects_an_edited_or_deleted_event(reg_env, bundles, tmp_p
 def _rewrite_chain_from(reg_env, seq: int, **changes) -> None:
     """What a database writer can do: change event ``seq`` and recompute every hash after it,
     so the chain itself is intact again."""
-    from registry.audit_chain import seal
+    from registry.store.audit_chain import seal
 
     cols = "seq, ts, actor, host, action, model, version, digest, ref, details_json, prev_hash, hash"
     [rows] = _sql(reg_env, f"SELECT {cols} FROM audit_events ORDER BY seq")

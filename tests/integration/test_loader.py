@@ -6,10 +6,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from registry.errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError  # noqa: E402
-from registry.loader import LoadedBundle, load, load_bundle, verify_bundle  # noqa: E402
+from registry.runtime.loader import LoadedBundle, load, load_bundle, verify_bundle  # noqa: E402
 from registry.sources import materialize_file  # noqa: E402
-from registry.target import Target  # noqa: E402
-from registry.target_probe import probe  # noqa: E402
+from registry.runtime.target import Target  # noqa: E402
+from registry.runtime.probe import probe  # noqa: E402
 from tests.integration.conftest_models import baked_source_line  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def test_load_api_takes_a_file_path(encdec, tmp_path):
 
 
 def test_incompatible_target_raises_before_any_deserialization(encdec, open_bundle, monkeypatch):
-    import registry.torchrt as torchrt
+    import registry.runtime.torchrt as torchrt
 
     def no_load(*a, **k):
         raise AssertionError("deserialized an incompatible bundle")
@@ -98,7 +98,7 @@ def test_custom_op_bundle_is_refused_without_its_op(custom_op, open_bundle):
 
 
 def test_a_blocked_program_does_not_block_the_others(custom_op, encdec, open_bundle, tmp_path):
-    from registry.archive.bundle import BundleFile
+    from registry.format.bundle import BundleFile
     from registry.bundler import ProgramInput, build_bundle
 
     with_op = BundleFile.open(custom_op.path).extract_member("programs/model.pt2", tmp_path / "with_op.pt2")

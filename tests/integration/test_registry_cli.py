@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from tests.fixtures_pt2 import ROOT
 
 

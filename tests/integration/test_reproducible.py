@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from registry.bundler import ProgramInput, build_bundle
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 
 
 # signatures are checked by the client: the local store and the team tier (PostgreSQL + S3) cover
@@ -53,9 +53,9 @@ def test_python_api_signing(tmp_path, bundles):
     from registry.client import Registry
     from registry.config import Settings
     from registry.errors import SignatureError
-    from registry.loader import load
-    from registry.publishing import publish
-    from registry.signing import generate_keypair
+    from registry.runtime.loader import load
+    from registry.client.provenance import publish
+    from registry.format.signing import generate_keypair
 
     key, pub = generate_keypair(tmp_path / "k")
     reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
@@ -70,8 +70,8 @@ def test_python_api_signing(tmp_path, bundles):
 
 def test_forged_signature_in_bundle_is_refused(reg_env, bundles, tmp_path):
     """A bundle carrying a signature over another digest, or garbage, never passes."""
-    from registry.archive.bundle import write_bundle
-    from registry.signing import generate_keypair, sign_digest
+    from registry.format.bundle import write_bundle
+    from registry.format.signing import generate_keypair, sign_digest
 
     key, pub = generate_keypair(tmp_path / "k")
     src = BundleFile.open(bundles["v5"])
@@ -99,8 +99,8 @@ def test_key_files_missing_or_huge(reg_env, bundles, tmp_path):
 
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_signature_for_another_bundle_is_refused_at_push(reg_env, bundles, tmp_path):
-    from registry.archive.bundle import write_bundle
-    from registry.signing import generate_keypair, sign_digest
+    from registry.format.bundle import write_bundle
+    from registry.format.signing import generate_keypair, sign_digest
 
     key, _pub = generate_keypair(tmp_path / "k")
     src = BundleFile.open(bundles["v3"])

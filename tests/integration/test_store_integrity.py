@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from registry.cli import cli
 from registry.client import Registry
 from registry.config import Settings
@@ -77,7 +77,7 @@ def aws_env(reg_env, monkeypatch):
 
 def _stall_push_then(monkeypatch, during_upload):
     """Run ``during_upload(claim_id)`` after push uploaded its chunks, before it publishes."""
-    import registry.client as client_mod
+    import registry.client.api as client_mod
 
     real = client_mod.upload_bundle
     seen = {}
@@ -182,13 +182,13 @@ class _Skewed(datetime):
 def skew(monkeypatch):
     """Set the client's clock ``offset`` away from the truth (every registry module that reads
     ``datetime.now``; the store used to stamp rows and events with it)."""
-    import registry.audit_chain
-    import registry.client
+    import registry.store.audit_chain
+    import registry.client.api
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client, registry.store.orm, registry.audit_chain):
+        for mod in (registry.client.api, registry.store.orm, registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 
     yield set_offset
@@ -280,7 +280,7 @@ def test_same_size_garbage_planted_in_the_store_is_replaced_by_push(aws_env, bun
                     else first_chunk(good))
     # planted before anyone pushes (a shared store) and again after a push (a later attack)
     _plant(aws_env, digest, os.urandom(size), with_checksum=variant.endswith("checksum"))
-    from registry.transfer import bundle_parts
+    from registry.client.transfer import bundle_parts
 
     everything = sum(dict((p.digest, p.size) for p in bundle_parts(BundleFile.open(good))).values())
     r = pt2reg(aws_env, "push", good, "--name", "a", "--json")

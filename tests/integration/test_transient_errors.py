@@ -29,7 +29,7 @@ from typing import Callable
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from registry.blobs.s3 import S3BlobStore
 from tests.fixtures_pt2 import ROOT
 from tests.fixtures_registry import RegistryEnv

@@ -15,13 +15,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from registry import sandbox as sandbox_mod  # noqa: E402
-from registry.archive.bundle import BundleFile  # noqa: E402
+from registry.runtime import sandbox as sandbox_mod  # noqa: E402
+from registry.format.bundle import BundleFile  # noqa: E402
 from registry.errors import SignatureError, UnsafeArchiveError, UsageError  # noqa: E402
-from registry.loader import load  # noqa: E402
-from registry.signing import generate_keypair  # noqa: E402
+from registry.runtime.loader import load  # noqa: E402
+from registry.format.signing import generate_keypair  # noqa: E402
 from registry.sources import materialize_file  # noqa: E402
-from registry.trust import glob_match, load_policy  # noqa: E402
+from registry.runtime.trust import glob_match, load_policy  # noqa: E402
 from tests.cli_inprocess import invoker, one_error_line
 from tests.fixtures_pt2 import run_cli  # noqa: E402
 from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2  # noqa: E402
@@ -127,7 +127,7 @@ def test_trust_policy_enforced_on_pull_verify_run_and_cached_pins(pt2reg, home, 
 def test_trust_policy_in_the_python_api_and_pt2reg_trust(home, bundles, keys, tmp_path, monkeypatch):
     from registry.client import Registry
     from registry.config import Settings
-    from registry.publishing import publish
+    from registry.client.provenance import publish
 
     reg = Registry(Settings.resolve())
     publish(reg, bundles["ed"], "team/signed", sign_key=keys["release"], detect_git=False)
@@ -193,8 +193,8 @@ def test_a_bad_trust_file_is_one_line_exit_2(pt2reg, home, bundles, text, words)
 def only_aoti(aoti, tmp_path_factory) -> Path:
     """The aoti bundle without its portable program (the bundler never writes one: a publisher
     could, by hand)."""
-    from registry.archive.bundle import write_bundle
-    from registry.manifest import Manifest
+    from registry.format.bundle import write_bundle
+    from registry.format.manifest import Manifest
 
     path = tmp_path_factory.mktemp("only-aoti") / "only.pt2b"
     src = BundleFile.open(aoti.path)
@@ -287,7 +287,7 @@ def spawns(monkeypatch) -> list[list[str]]:
     real = subprocess.run
 
     def counting(cmd, *a, **kw):
-        if "registry.sandbox" in cmd:
+        if "registry.runtime.sandbox" in cmd:
             calls.append(list(cmd))
         return real(cmd, *a, **kw)
 

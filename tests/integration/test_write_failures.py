@@ -4,7 +4,7 @@ after it (no zipfile finalizer noise)."""
 import resource
 import signal
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from tests.fixtures_pt2 import run_cli
 
 

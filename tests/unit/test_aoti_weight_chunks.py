@@ -11,8 +11,8 @@ import zipfile
 from pathlib import Path
 
 from registry.bundler import _weights_in_blobs
-from registry.chunking import hash_chunks, plan_chunks
-from registry.archive.zipsafe import read_entries
+from registry.format.chunking import hash_chunks, plan_chunks
+from registry.format.zipsafe import read_entries
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> Path:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from registry.archive.bundle import BundleFile, write_bundle
+from registry.format.bundle import BundleFile, write_bundle
 from registry.digests import canonical_json, sha256_bytes
 from registry.errors import IntegrityError, RegistryError, UnsafeArchiveError
-from registry.manifest import Manifest
+from registry.format.manifest import Manifest
 from tests.unit.test_manifest import minimal
 
 PAYLOAD = b"not really a program, but bytes with a digest" * 10

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from registry import audit_anchor
+from registry.store import audit_anchor
 from registry.errors import IntegrityError
 
 H = "ab" * 32

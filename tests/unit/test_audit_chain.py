@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.audit_chain import (GENESIS_HASH, event_content, event_hash, format_ts, parse_ts,
+from registry.store.audit_chain import (GENESIS_HASH, event_content, event_hash, format_ts, parse_ts,
                                   seal, verify_chain)
 
 T0 = datetime(2026, 11, 22, 2, 3, 4, 123456, tzinfo=timezone.utc)
@@ -157,7 +157,7 @@ def test_odd_sequence_values_do_not_crash(seq):
 
 
 def test_version_fields_hash_covers_each_field_and_ignores_edge_order():
-    from registry.audit_chain import version_fields_hash
+    from registry.store.audit_chain import version_fields_hash
 
     edges = [("dataset", "s3://d", "sha256:" + "a" * 64, None), ("run", "r1", None, None),
              ("commit", "c" * 40, None, '{"dirty":true}')]

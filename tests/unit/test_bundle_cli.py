@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.archive.bundle import BundleFile
+from registry.format.bundle import BundleFile
 from tests.fixtures_pt2 import run_cli
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from registry.chunking import plan_chunks
+from registry.format.chunking import plan_chunks
 from tests.fixtures_pt2 import ROOT
 
 
@@ -82,10 +82,10 @@ def test_weights_shared_between_programs_are_stored_once(finetune_pair, tmp_path
 def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
     import copy
 
-    from registry.archive.bundle import BundleFile, write_bundle
+    from registry.format.bundle import BundleFile, write_bundle
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import IntegrityError
-    from registry.manifest import Manifest
+    from registry.format.manifest import Manifest
 
     good = build_bundle(tmp_path / "g.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
     raw = copy.deepcopy(good.manifest.to_json())

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from registry.compat import RULES, CompatReport, Finding, check, choose_variant
-from registry.manifest import Manifest
-from registry.target import OpInfo, Target
+from registry.runtime.compat import RULES, CompatReport, Finding, check, choose_variant
+from registry.format.manifest import Manifest
+from registry.runtime.target import OpInfo, Target
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = Target("2.13.0+cpu", (8, 20), "cpu", platform="linux", machine="x86_64", cpu_isa="AVX512 AVX512_VNNI")
@@ -83,7 +83,7 @@ def test_every_rule_is_silent_on_a_plain_bundle():
 
 
 def test_rules_import_no_torch():
-    code = ("import sys, registry.compat, registry.signature_check, registry.target; "
+    code = ("import sys, registry.runtime.compat, registry.runtime.inputs, registry.runtime.target; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from registry.errors import ManifestError, UnsupportedFormatError
-from registry.manifest import Manifest, load_schema
+from registry.format.manifest import Manifest, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

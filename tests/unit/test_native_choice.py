@@ -1,7 +1,7 @@
 """Variant choice when native code is not allowed (issue 14 item 3): pure rules, no torch."""
 from __future__ import annotations
 
-from registry.compat import NATIVE_FIX, check, choose_variant
+from registry.runtime.compat import NATIVE_FIX, check, choose_variant
 from tests.unit.test_compat_rules import CPU, CUDA, aoti, codes, manifest, program
 
 

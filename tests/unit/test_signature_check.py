@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from registry.errors import InputValidationError
 from registry.pt2.exprs import ExprError
-from registry.signature_check import check_inputs, format_range, parse_dim_expr, value_meta
+from registry.runtime.inputs import check_inputs, format_range, parse_dim_expr, value_meta
 
 BATCH = {"min": 1, "max": 8, "expr": "s24", "dim": "batch"}
 SEQ = {"min": 2, "max": 16, "expr": "s81", "dim": "seq"}
@@ -160,7 +160,7 @@ def test_anything_else_fails_with_one_line(b, s, t):
 
 def test_bool_tensor_is_not_a_python_bool():
     """A bool *tensor* input (an attention mask) shares the dtype name with a Python bool."""
-    from registry.signature_check import check_inputs
+    from registry.runtime.inputs import check_inputs
 
     spec = [{"name": "mask", "dtype": "bool", "shape": [2, 3], "kind": "positional", "path": "args[0]"}]
     import torch

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.errors import UsageError
-from registry.target import TARGET_FORMAT, OpInfo, Target, op_key
+from registry.runtime.target import TARGET_FORMAT, OpInfo, Target, op_key
 
 CUDA_BOX = {
     "torch_version": "2.13.0", "serde_schema": [8, 20], "device_type": "cuda", "compute_capability": [9, 0],

@@ -1,5 +1,5 @@
 """Concurrent blob transfers: ``run_parallel``, the in-order ``RangeHasher``, and the push/pull
-flows of ``registry.transfer`` (members split into chunks, checked whole on the side)."""
+flows of ``registry.client.transfer`` (members split into chunks, checked whole on the side)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +14,7 @@ import pytest
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
 from registry.errors import IntegrityError
-from registry.transfer import RangeHasher, assemble_member, upload_bundle
+from registry.client.transfer import RangeHasher, assemble_member, upload_bundle
 
 
 def sha(data: bytes) -> str:

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from registry.archive.bundle import write_bundle
+from registry.format.bundle import write_bundle
 from registry.blobs.base import atomic_download
 from registry.cli._core import os_error_line
-from registry.manifest import Manifest
+from registry.format.manifest import Manifest
 
 
 class _DiskFull(io.RawIOBase):

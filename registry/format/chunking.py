@@ -16,7 +16,7 @@ import hashlib
 import os
 from typing import Iterable
 
-from .constants import CHUNK_SIZE
+from ..constants import CHUNK_SIZE
 
 __all__ = ["MIN_CHUNK", "MIN_MEMBER", "plan_chunks", "hash_chunks"]
 

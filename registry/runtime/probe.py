@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Sequence
 
-from .errors import IncompatibleError, UsageError
+from ..errors import IncompatibleError, UsageError
 from .target import OpInfo, Target
 
 __all__ = ["probe", "default_device", "parse_device"]

@@ -4,14 +4,14 @@
     >>> logits = bundle["decoder"](hidden, targets)
     >>> [r.ok for r in bundle.run_samples()]
 
-Order of operations: compatibility check against the target (``registry.compat``; nothing is
+Order of operations: compatibility check against the target (``registry.runtime.compat``; nothing is
 deserialized when it fails) -> pickle scan of the chosen members (refused unless
 ``trust_pickle``) -> first load on this machine of a program no trusted key signed: the same
-deserialization in a limited subprocess (``registry.sandbox``) -> load the chosen variant
+deserialization in a limited subprocess (``registry.runtime.sandbox``) -> load the chosen variant
 (portable program moved to the device with ``move_to_device_pass``, or an AOTInductor package,
 chosen only when a trusted key signed the bundle or ``trust_native``) -> every call's inputs
-checked against the signature (``registry.signature_check``) before the graph runs. The trust
-policy (``registry.trust``) is enforced by ``load`` before any of this.
+checked against the signature (``registry.runtime.inputs``) before the graph runs. The trust
+policy (``registry.runtime.trust``) is enforced by ``load`` before any of this.
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .atomic import USER_FILE, atomic_write
+from ..atomic import USER_FILE, atomic_write
 from .compat import CompatReport, Finding, check, choose_variant
-from .errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
+from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
-from .manifest import Manifest, ProgramSpec, Variant
-from .signature_check import check_inputs
-from .sources import MaterializedBundle
+from ..format.manifest import Manifest, ProgramSpec, Variant
+from .inputs import check_inputs
+from ..sources import MaterializedBundle
 from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle",
@@ -95,7 +95,7 @@ class LoadedProgram:
         check_inputs(self.spec.inputs, flat, device=self.device)
         guards = getattr(self._module, "_registry_guards", None)
         if guards:  # export guards, evaluated by registry.pt2.guards (torch never exec()s them)
-            from .pt2.guards import GuardFailure, check_guards
+            from ..pt2.guards import GuardFailure, check_guards
 
             names = list(self.spec.raw.get("forward_arg_names") or [i["name"] for i in self.spec.inputs])
             env: dict[str, Any] = dict(zip(names, args))
@@ -207,7 +207,7 @@ def _resolve_target(src: MaterializedBundle, device: str | None, target: Target 
     if target is not None:
         return target
     from .target import op_key
-    from .target_probe import probe
+    from .probe import probe
 
     needed = {op_key(op["name"], op["overload"]) for spec in src.manifest.programs.values()
               for op in spec.required_ops}
@@ -229,7 +229,7 @@ def _vet(src: MaterializedBundle, report: CompatReport) -> list[_Vetted]:
     canonical zip layout, the exact member allowlist, canonical JSON, the graph checks and the
     payload sizes (``open_pt2(canonical=True)``). Raises UnsafeArchiveError (exit 5) naming the
     program's member; returns what each would unpickle."""
-    from .pt2.reader import open_pt2
+    from ..pt2.reader import open_pt2
 
     out = []
     for name, (vid, _) in report.choices.items():
@@ -308,7 +308,7 @@ def _refuse_native(src: MaterializedBundle, findings: Sequence[Finding], wanted:
 
 
 def _default_sandbox() -> Any:
-    from .config import Settings
+    from ..config import Settings
     from .sandbox import SandboxConfig
 
     return SandboxConfig.from_env(Settings.resolve().cache_dir)
@@ -343,7 +343,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     chosen only with ``trust_native`` or when a trusted key signed the bundle
     (``src.trusted_signers``); a program with nothing else is refused (exit 5). Each program
     not signed by a trusted key is first deserialized in a limited subprocess, once per machine
-    (``sandbox``: a ``registry.sandbox.SandboxConfig``, default from ``PT2REG_SANDBOX*``).
+    (``sandbox``: a ``registry.runtime.sandbox.SandboxConfig``, default from ``PT2REG_SANDBOX*``).
     """
     wanted = list(programs) if programs is not None else list(src.manifest.programs)
     unknown = [p for p in wanted if p not in src.manifest.programs]
@@ -381,7 +381,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
             raise IncompatibleError(f"program {name!r}: {reason}", findings=list(report.findings))
         chosen.append((spec, variant))
     # right before torch reads them here: programs no trusted key signed are deserialized once
-    # per machine in one limited subprocess first (registry.sandbox; exit 5 if it crashes or runs out)
+    # per machine in one limited subprocess first (registry.runtime.sandbox; exit 5 if it crashes or runs out)
     from .sandbox import vet_programs
 
     vet_programs(src, chosen, device, sandbox if sandbox is not None else _default_sandbox())
@@ -444,9 +444,9 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
     >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
     >>> bundle["decoder"](hidden, targets)
     """
-    from .config import Settings
-    from .inspection import looks_like_file
-    from .sources import materialize_file
+    from ..config import Settings
+    from ..cli.views import looks_like_file
+    from ..sources import materialize_file
     from .torchrt import import_modules, load_libraries
 
     load_libraries(list(libraries))
@@ -463,7 +463,7 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
         if isinstance(source, os.PathLike) or looks_like_file(text):
             src = establish_trust(materialize_file(text, cache_dir or settings.cache_dir), policy, is_file=True)
         else:
-            from .client import Registry
+            from ..client import Registry
 
             src = Registry(settings).materialize(text)  # enforces the trust policy itself
     # before anything is deserialized

@@ -17,7 +17,7 @@ import sys
 import warnings
 from typing import Any, Iterator
 
-from .errors import IntegrityError, NotFoundError, UsageError, brief
+from ..errors import IntegrityError, NotFoundError, UsageError, brief
 
 __all__ = [
     "torch", "save_exported_program", "dim_names_of", "op_schema", "load_exported_program",
@@ -135,7 +135,7 @@ def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> 
     except Exception as exc:
         missing = pytree_missing(exc)
         if missing:  # not damage: a library class this process has not registered
-            from .errors import IncompatibleError
+            from ..errors import IncompatibleError
 
             raise IncompatibleError(
                 f"cannot load {what}: it returns or takes {missing}, a pytree class not registered here "
@@ -181,7 +181,7 @@ def restore_guards(ep: Any) -> Any:
     function; the module ``ep.module()`` returns carries the parsed guards as
     ``_registry_guards`` and ``LoadedProgram`` checks them on every call before the graph runs.
     """
-    from .pt2.guards import GuardError, compile_guards
+    from ..pt2.guards import GuardError, compile_guards
 
     try:
         guards = compile_guards(list(getattr(ep, "_guards_code", None) or []))

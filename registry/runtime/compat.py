@@ -27,8 +27,8 @@ from typing import Any, Callable, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .manifest import Manifest, ProgramSpec, Variant
-from .pt2.graph import HARDWARE_DTYPES
+from ..format.manifest import Manifest, ProgramSpec, Variant
+from ..pt2.graph import HARDWARE_DTYPES
 from .target import Target, op_key
 
 __all__ = ["Finding", "CompatReport", "check", "choose_variant", "aoti_mismatch", "RULES", "device_type_of",
@@ -393,7 +393,7 @@ def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
     device = device or target.device_type
     for name, prog in manifest.programs.items():
         chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
-        from .inspection import baked_device_groups
+        from ..cli.views import baked_device_groups
 
         # one finding per device and source line (each op: inspect --json, programs.*.baked_devices)
         for g in baked_device_groups([b for b in prog.baked_devices if not _same_device(b["device"], device)]):

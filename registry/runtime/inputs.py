@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from .errors import InputValidationError
-from .pt2.exprs import Expr, ExprError
+from ..errors import InputValidationError
+from ..pt2.exprs import Expr, ExprError
 
 __all__ = ["check_inputs", "value_meta", "parse_dim_expr", "format_range"]
 

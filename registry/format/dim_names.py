@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, MutableMapping
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["parse_dim_option", "name_dims"]
 

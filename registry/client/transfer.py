@@ -22,9 +22,9 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from .atomic import atomic_write
-from .blobs.base import Part, ProgressFn
-from .errors import IntegrityError
+from ..atomic import atomic_write
+from ..blobs.base import Part, ProgressFn
+from ..errors import IntegrityError
 
 __all__ = ["RangeHasher", "bundle_parts", "upload_bundle", "assemble_member"]
 

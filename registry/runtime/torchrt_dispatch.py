@@ -1,6 +1,6 @@
 """Private torch APIs the target probe and the loader need, behind small functions.
 
-The sibling of ``registry.torchrt``: the dispatcher (which ops exist, their schemas, which
+The sibling of ``registry.runtime.torchrt``: the dispatcher (which ops exist, their schemas, which
 dispatch keys have kernels), TorchBind classes, the serializer's schema version, AOTInductor's
 CPU ISA naming, moving programs between devices and loading AOTInductor packages. torch is
 imported lazily, so importing this module is free; a torch upgrade that moves one of these APIs
@@ -15,8 +15,8 @@ import os
 import re
 from typing import Any, Iterable
 
-from .errors import InputValidationError
-from .pt2.graph import BUILTIN_OP_NAMESPACES
+from ..errors import InputValidationError
+from ..pt2.graph import BUILTIN_OP_NAMESPACES
 from .torchrt import torch, torch_loading
 
 __all__ = ["DISPATCH_KEYS", "serde_schema_version", "has_kernel", "registered_custom_ops",

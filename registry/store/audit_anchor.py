@@ -52,7 +52,7 @@ def check(anchor: Mapping[str, Any] | None, found: Mapping[int, str], where: str
 
 def load(path: Path) -> dict[str, Any]:
     """The anchors file, or {} when there is none; an unreadable one is an error, not a reset."""
-    from .errors import IntegrityError
+    from ..errors import IntegrityError
 
     try:
         data = json.loads(path.read_text("utf-8"))
@@ -71,7 +71,7 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def save(path: Path, anchors: dict[str, Any], key: str, head: tuple[int, str]) -> None:
-    from .atomic import atomic_write
+    from ..atomic import atomic_write
 
     anchors[key] = {"seq": head[0], "hash": head[1],
                     "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from .archive.bundle import BundleFile
-from .errors import NotFoundError
-from .manifest import Manifest
+from ..format.bundle import BundleFile
+from ..errors import NotFoundError
+from ..format.manifest import Manifest
 
 __all__ = ["inspect_target", "bundle_view", "manifest_warnings", "looks_like_file", "baked_device_groups"]
 

@@ -1,7 +1,7 @@
 """A runtime described as data: what a machine can load and run.
 
-A ``Target`` is what the compatibility rules (``registry.compat``) check a bundle against.
-``registry.target_probe.probe()`` reads the live machine; ``pt2reg target --json`` prints it, so
+A ``Target`` is what the compatibility rules (``registry.runtime.compat``) check a bundle against.
+``registry.runtime.probe.probe()`` reads the live machine; ``pt2reg target --json`` prints it, so
 an inference box can be captured once and every candidate bundle checked against that file from
 CI (``pt2reg verify BUNDLE --target box.json``). A hand-written file for a machine we do not have
 needs only ``torch_version``, ``serde_schema`` and ``device_type``::
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["Target", "OpInfo", "TARGET_FORMAT", "op_key", "TORCH_OP_NAMESPACES", "is_torch_namespace"]
 

@@ -19,7 +19,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from .digests import canonical_json, sha256_bytes
+from ..digests import canonical_json, sha256_bytes
 
 __all__ = [
     "GENESIS_HASH", "CONTENT_FIELDS", "ChainVerdict", "format_ts", "parse_ts", "event_content",

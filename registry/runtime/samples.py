@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any
 
-from .errors import IntegrityError, UsageError
+from ..errors import IntegrityError, UsageError
 from .torchrt import flatten_outputs, torch
 
 __all__ = ["call_arguments", "baked_arguments", "check_baked", "fill_baked_call", "flat_count", "without_constants", "check_constant", "run_program", "write_sample",
@@ -116,7 +116,7 @@ def _show(value: Any) -> str:
 
 def check_baked(arg: dict[str, Any], value: Any) -> None:
     """A baked-in argument must be given with the value it had at export (or left out)."""
-    from .errors import InputValidationError
+    from ..errors import InputValidationError
 
     if not _same(value, arg["value"]):
         raise InputValidationError(
@@ -207,7 +207,7 @@ def call_arguments(program: dict[str, Any], value: Any) -> tuple[tuple, dict]:
 
 def _assign_mixed(program: dict[str, Any], key: str, value: Any, leaves: list[Any], user_leaves: list[int],
                   constants: list[dict[str, Any]]) -> None:
-    from .errors import InputValidationError
+    from ..errors import InputValidationError
 
     names = list(program.get("forward_arg_names") or [])
     slots: list[tuple[int, dict[str, Any] | None]] = []
@@ -294,7 +294,7 @@ def without_constants(flat: list[Any], constants: list[dict[str, Any]]) -> list[
 
 def check_constant(constant: dict[str, Any], value: Any) -> None:
     """An argument export baked in must be passed with the value it had at export."""
-    from .errors import InputValidationError
+    from ..errors import InputValidationError
 
     if not _same(value, constant["value"]):
         top = _top(constant.get("path"))

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-from ..chunking import hash_chunks
+from .chunking import hash_chunks
 from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
 from ..atomic import USER_FILE, atomic_write
-from ..manifest import Manifest, Member
+from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
 

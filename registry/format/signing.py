@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import NotFoundError, SignatureError, UsageError
+from ..errors import NotFoundError, SignatureError, UsageError
 
 __all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of",
            "public_key_from_pem", "valid_signer"]

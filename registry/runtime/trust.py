@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import SignatureError, UsageError
+from ..errors import SignatureError, UsageError
 
 __all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust"]
 
@@ -94,7 +94,7 @@ class TrustRule:
 
     def load_keys(self) -> dict[str, tuple[Any, str]]:
         """key id -> (public key, label). A missing or malformed key is a bad policy (exit 2)."""
-        from .signing import key_id_of, public_key_from_pem
+        from ..format.signing import key_id_of, public_key_from_pem
 
         out: dict[str, tuple[Any, str]] = {}
         for k, source in enumerate(self.keys, 1):
@@ -131,7 +131,7 @@ class TrustPolicy:
         sigs = list(signatures)
         subject = f"model {name}" if name is not None else f"bundle file {label or digest}"
         signers: list[str] = []
-        from .signing import valid_signer
+        from ..format.signing import valid_signer
 
         for rule in self.rules_for(name):
             keys = rule.keyring
@@ -242,7 +242,7 @@ def establish_trust(src: Any, policy: TrustPolicy | None = None, *, require_sign
                 signers.append(s)
     pubkeys = list(require_signature)
     if pubkeys:
-        from .signing import verify_signatures
+        from ..format.signing import verify_signatures
 
         s = verify_signatures(src.digest, src.signatures, pubkeys)
         if s not in signers:

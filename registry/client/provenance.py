@@ -12,9 +12,9 @@ import subprocess
 import sys
 from typing import Any, Callable, Sequence
 
-from .archive.bundle import BundleFile
-from .errors import NotFoundError, UsageError
-from .refs import DIGEST_RE
+from ..format.bundle import BundleFile
+from ..errors import NotFoundError, UsageError
+from ..refs import DIGEST_RE
 
 __all__ = ["publish", "lineage_edges", "parse_dataset", "git_state", "publisher_environment"]
 
@@ -105,7 +105,7 @@ def publish(registry: Any, bundle_path: str | os.PathLike, name: str, *, aliases
                           git_commit=git_commit, code_uri=code_uri, detect_git=detect_git)
     signatures = []
     if sign_key:
-        from .signing import sign_digest
+        from ..format.signing import sign_digest
 
         signatures.append(sign_digest(sign_key, BundleFile.open(bundle_path).digest))
     return registry.push(bundle_path, name, aliases=aliases, lineage=edges, signatures=signatures,

@@ -16,15 +16,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .archive.bundle import BundleFile, write_bundle
-from .config import Settings, actor, hostname
-from .digests import digest_of_bytes
-from .errors import IntegrityError, NotFoundError, UsageError
-from .manifest import Manifest
-from .refs import Ref, validate_alias, validate_name
-from .pt2.reader import check_bundle_programs
-from .signing import check_signature_entries
-from .sources import BlobCache, MaterializedBundle
+from ..format.bundle import BundleFile, write_bundle
+from ..config import Settings, actor, hostname
+from ..digests import digest_of_bytes
+from ..errors import IntegrityError, NotFoundError, UsageError
+from ..format.manifest import Manifest
+from ..refs import Ref, validate_alias, validate_name
+from ..pt2.reader import check_bundle_programs
+from ..format.signing import check_signature_entries
+from ..sources import BlobCache, MaterializedBundle
 from .transfer import assemble_member, bundle_parts, upload_bundle
 
 __all__ = ["Registry", "PushResult", "PullResult", "GcResult", "build_info"]
@@ -35,7 +35,7 @@ _HEARTBEAT_SECONDS = 10.0
 
 def build_info() -> dict[str, Any]:
     """Who/when/where a bundle was built: informational, outside the bundle's identity."""
-    from . import __version__
+    from .. import __version__
 
     return {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "created_by": actor(), "host": hostname(), "tool": f"pt2-registry {__version__}"}
@@ -108,7 +108,7 @@ class Registry:
     # -- wiring ---------------------------------------------------------------------------
     @cached_property
     def meta(self) -> Any:
-        from .store import open_metadata_store
+        from ..store import open_metadata_store
 
         meta = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
         self._flush_spool(meta)
@@ -155,7 +155,7 @@ class Registry:
 
     @cached_property
     def blobs(self) -> Any:
-        from .blobs import open_blob_store
+        from ..blobs import open_blob_store
 
         return open_blob_store(self.settings.store_url)
 
@@ -197,7 +197,7 @@ class Registry:
 
     def _missing_blobs(self, digests: list[str]) -> list[str]:
         """The digests the blob store lacks (stat / HEAD, several at once), in order."""
-        from .blobs.base import run_parallel
+        from ..blobs.base import run_parallel
 
         present = run_parallel(self.blobs.exists, digests, 8) if digests else []
         return [d for d, ok in zip(digests, present) if not ok]
@@ -241,7 +241,7 @@ class Registry:
     def _write_cache_doc(self, kind: str, digest: str, value: Any) -> None:
         import json
 
-        from .atomic import atomic_write
+        from ..atomic import atomic_write
 
         with atomic_write(self._cache_doc_path(kind, digest), fsync=False) as f:
             f.write(json.dumps(value).encode("utf-8"))
@@ -264,15 +264,15 @@ class Registry:
 
     @cached_property
     def trust_policy(self) -> Any:
-        """The client trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``; see registry.trust)."""
-        from .trust import load_policy
+        """The client trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``; see registry.runtime.trust)."""
+        from ..runtime.trust import load_policy
 
         return load_policy(self.settings.home)
 
     def _trusted(self, src: MaterializedBundle, trust: bool) -> MaterializedBundle:
         if not trust:
             return src
-        from .trust import establish_trust
+        from ..runtime.trust import establish_trust
 
         return establish_trust(src, self.trust_policy)
 
@@ -347,7 +347,7 @@ class Registry:
         version = self.meta.resolve(Ref(parsed.name, version=src.version) if src.version
                                     else Ref(parsed.name, digest=src.digest))
         if require_signature:
-            from .signing import require_signature as check
+            from ..format.signing import require_signature as check
 
             check(src, require_signature)
         build = self.meta.build_info(version.name, version.number) if hasattr(self.meta, "build_info") else None
@@ -409,7 +409,7 @@ class Registry:
         return v, walk(v.name, v.number)
 
     def dataset_lineage(self, uri: str) -> list[Any]:
-        from .publishing import parse_dataset
+        from .provenance import parse_dataset
 
         uri, digest = parse_dataset(uri)
         return self.meta.versions_from_dataset(uri, digest=digest)
@@ -422,7 +422,7 @@ class Registry:
         """Re-walk the chain and replay it against the registry's state, then check it still
         holds the newest event this machine saw at its last verification (``audit_anchor``),
         and anchor the newest event now."""
-        from . import audit_anchor
+        from ..store import audit_anchor
 
         verdict = self.meta.verify_audit_chain()
         if not verdict.ok:

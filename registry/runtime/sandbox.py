@@ -3,7 +3,7 @@
 The first time this machine loads a program whose bundle no trusted key signed, the loader runs
 the same deserialization torch will run in-process (``torchrt.load_exported_program`` then
 ``restore_guards(...).module()``, or ``load_aoti`` for an allowed AOTInductor variant) in a child
-``python -m registry.sandbox`` with an address-space limit (``RLIMIT_AS``; ``RLIMIT_DATA`` on a
+``python -m registry.runtime.sandbox`` with an address-space limit (``RLIMIT_AS``; ``RLIMIT_DATA`` on a
 CUDA/ROCm build of torch, whose driver reserves huge address ranges), a CPU-time limit
 (``RLIMIT_CPU``), no core dumps and a wall-clock timeout; the new programs of one load share one
 child, deserialized one after another, and the limits scale with their number and size. Only
@@ -57,7 +57,7 @@ _OK_LINE = "pt2reg-sandbox: ok"
 
 def parse_size(text: str) -> int:
     """``4294967296``, ``4G``, ``512M``, ``1.5GiB`` -> bytes (UsageError otherwise)."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
     if not m:
@@ -80,7 +80,7 @@ class SandboxConfig:
     @classmethod
     def from_env(cls, cache_dir: str | os.PathLike, env: Mapping[str, str] | None = None, *,
                  imports: Sequence[str] = (), libraries: Sequence[str] = ()) -> "SandboxConfig":
-        from .errors import UsageError
+        from ..errors import UsageError
 
         env = os.environ if env is None else env
         mode = (env.get(ENV_SANDBOX) or "on").strip().lower()
@@ -121,7 +121,7 @@ def _is_vetted(path: Path, entry: str, torch_version: str) -> bool:
 
 
 def _remember(path: Path, entry: str, torch_version: str) -> None:
-    from .atomic import atomic_write
+    from ..atomic import atomic_write
 
     try:
         doc = json.loads(path.read_text("utf-8"))
@@ -189,7 +189,7 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
     memory = config.memory or DEFAULT_MEMORY_BASE + 3 * sizes
     seconds = config.seconds * len(todo)
     limit_kind = "data" if _gpu_build() else "as"
-    cmd = [sys.executable, "-m", "registry.sandbox", "--device", device, "--memory", str(memory),
+    cmd = [sys.executable, "-m", "registry.runtime.sandbox", "--device", device, "--memory", str(memory),
            "--limit", limit_kind, "--seconds", str(int(seconds + 0.999))]
     for mod in config.imports:
         cmd += ["--import", mod]
@@ -241,7 +241,7 @@ def _remember_all(done: Sequence[tuple[Any, Any, Path, Path, str]], torch_versio
 
 
 def _file_digest(path: Path) -> str:
-    from .digests import sha256_stream
+    from ..digests import sha256_stream
 
     with open(path, "rb") as f:
         return sha256_stream(f)[0]
@@ -282,7 +282,7 @@ def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
 
 def _refuse(what: str, verb: str, detail: str, fix: str) -> None:
     """``torch crashed (SIGSEGV) deserializing program 'x' of m@3 in the sandbox; ...``"""
-    from .errors import UnsafeArchiveError
+    from ..errors import UnsafeArchiveError
 
     detail = detail if not detail or detail.startswith(":") else " " + detail
     raise UnsafeArchiveError(f"torch {verb} deserializing {what} in the sandbox{detail}; it was not loaded",
@@ -306,7 +306,7 @@ _OOM_TEXT = re.compile(r"alloc|out of memory|not enough memory|cannot allocate|b
 def _child(argv: Sequence[str]) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m registry.sandbox")
+    p = argparse.ArgumentParser(prog="python -m registry.runtime.sandbox")
     p.add_argument("--program", dest="programs", nargs=3, action="append", required=True,
                    metavar=("KIND", "ARCHIVE_NAME", "PATH"), help="exported_program|aoti, name, file")
     p.add_argument("--device", default="cpu")

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .constants import BUNDLE_FORMAT
-from .digests import canonical_json, digest_of_bytes
-from .errors import ManifestError, UnsupportedFormatError
+from ..constants import BUNDLE_FORMAT
+from ..digests import canonical_json, digest_of_bytes
+from ..errors import ManifestError, UnsupportedFormatError
 
 __all__ = ["Manifest", "ProgramSpec", "Member", "Sample", "Variant", "load_schema", "validate_raw"]
 
@@ -185,7 +185,7 @@ class ProgramSpec:
     def pytree_classes(self) -> list[dict[str, Any]]:
         """Library pytree classes of the input/output treespecs (``type``, ``fields``, ``style``),
         read from the specs themselves so bundles written before ``pytree_classes`` have them too."""
-        from .pt2.treespec import TreeSpecError, pytree_classes
+        from ..pt2.treespec import TreeSpecError, pytree_classes
 
         found: dict[str, dict[str, Any]] = {}
         for key in ("in_spec", "out_spec"):

@@ -1,1 +1,0 @@
-"""The `.pt2b` bundle file: safe zip reading, deterministic zip writing, bundle read/write."""

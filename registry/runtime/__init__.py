@@ -1,0 +1,1 @@
+"""The Loader: can this bundle run here, load it, call it."""
