@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .constants import VERSION as __version__
 
 __all__ = [
     "__version__", "Registry", "Settings", "Ref", "Manifest", "BundleFile", "build_bundle",

@@ -11,6 +11,7 @@ __all__ = [
     "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
 ]
 
+VERSION = "0.1.0"  # the package version (pyproject.toml reads it from here)
 ENV_HOME = "PT2REG_HOME"
 ENV_DB = "PT2REG_DB"
 ENV_STORE = "PT2REG_STORE"

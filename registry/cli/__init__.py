@@ -4,11 +4,14 @@ Commands parse arguments, call one API function and render the result. They neve
 sqlalchemy or boto3 themselves; heavy modules load only inside the commands that need them, so
 ``pt2reg --help`` stays fast. Every ``RegistryError`` becomes one line on stderr and its exit
 code (2 usage, 3 not found, 4 incompatible, 5 integrity, 6 conflict, 1 otherwise).
+Commands are plain click commands in ``*_cmds`` modules, each listing its ``COMMANDS``; this
+module adds them to the group (the command modules never import it).
 """
 from __future__ import annotations
 
 import click
 
+from . import audit_cmds, bundle_cmds, key_cmds, runtime_cmds, store_cmds
 from ._core import RegistryGroup
 
 __all__ = ["main", "cli"]
@@ -40,18 +43,9 @@ def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None)
     ctx.obj = App(home=home, db=db, store=store)
 
 
-def _register() -> None:
-    from . import bundle_cmds  # noqa: F401  (commands attach themselves to `cli`)
-
-    for mod in ("store_cmds", "runtime_cmds", "audit_cmds", "key_cmds"):
-        try:
-            __import__(f"{__name__}.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{mod}":
-                raise
-
-
-_register()
+for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,6 @@ from typing import Any
 
 import click
 
-from . import cli
 from ._core import App, emit_json, pass_app
 from .render import clean, console, esc
 
@@ -93,7 +92,7 @@ def _print_tree(root: Any, nodes: list[Any], descendants: bool) -> None:
     console().print(tree)
 
 
-@cli.command()
+@click.command()
 @click.argument("ref", required=False)
 @click.option("--descendants", is_flag=True, help="Show what was derived from REF instead of its ancestry.")
 @click.option("--dataset", "dataset", metavar="URI[@sha256:HEX]",
@@ -142,7 +141,7 @@ def event_json(e: Any) -> dict[str, Any]:
             "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
 
 
-@cli.command()
+@click.command()
 @click.option("--model", "model", metavar="NAME", help="Only events about this model.")
 @click.option("--since", metavar="T", help="Only events at or after this ISO 8601 time.")
 @click.option("--verify", "verify", is_flag=True,
@@ -184,3 +183,6 @@ def audit(app: App, model: str | None, since: str | None, verify: bool, as_json:
                       # "fields" (a hash the chain keeps for --verify) is in --json, not here
                       esc(", ".join(f"{k}={v}" for k, v in (e.details or {}).items() if k != "fields")))
     console().print(table)
+
+
+COMMANDS = [lineage, audit]

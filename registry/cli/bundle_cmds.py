@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import click
 
-from . import cli
 from ._core import App, emit_json, parse_key_values, pass_app, warn
 from .render import clean
 
@@ -17,7 +16,7 @@ def _program_arg(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-@cli.command()
+@click.command()
 @click.argument("programs", nargs=-1, required=True, metavar="PROGRAM...")
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
               help="Bundle file to write (.pt2b). Written atomically.")
@@ -103,7 +102,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
     click.echo(f"{result.path} {result.digest}")
 
 
-@cli.command()
+@click.command()
 @click.argument("target", metavar="BUNDLE|REF")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
@@ -121,3 +120,6 @@ def inspect(app: App, target: str, as_json: bool) -> None:
         emit_json(view)
     else:
         print_bundle(view)
+
+
+COMMANDS = [bundle, inspect]

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import click
 
-from . import cli
-
 __all__ = ["key"]
 
 
-@cli.group()
+@click.group()
 def key() -> None:
     """Ed25519 signing keys."""
 
@@ -21,3 +19,6 @@ def key_generate(path: str) -> None:
 
     key_path, pub_path = generate_keypair(path)
     click.echo(f"{key_path}\n{pub_path}")
+
+
+COMMANDS = [key]

@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from . import cli
 from ._core import App, emit_json, pass_app, warn
 from .render import clean, esc
 
@@ -41,7 +40,7 @@ def _materialize(app: App, source: str) -> Any:
     from ..sources import materialize_file
 
     if looks_like_file(source):
-        from ..runtime.trust import establish_trust, load_policy
+        from ..client.trust import establish_trust, load_policy
 
         if not os.path.exists(source):
             raise NotFoundError(f"{source}: no such file", what="file", name=source)
@@ -52,7 +51,7 @@ def _materialize(app: App, source: str) -> Any:
 
 def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> Any:
     """``src`` with the ``--require-signature`` keys checked (exit 5) and counted as trusted."""
-    from ..runtime.trust import establish_trust
+    from ..client.trust import establish_trust
 
     return establish_trust(src, None, require_signature=pubkeys)
 
@@ -95,7 +94,7 @@ def _ops_line(t: Any) -> str:
 
 # ---------------------------------------------------------------------------------------- target
 
-@cli.command("target")
+@click.command("target")
 @click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
 @click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
 @click.option("--device", metavar="DEV", help="Device to describe (default: cuda:0 if available, else cpu).")
@@ -137,7 +136,7 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
 
 # ---------------------------------------------------------------------------------------- verify
 
-@cli.command()
+@click.command()
 @click.argument("source", metavar="BUNDLE|REF")
 @click.option("--device", metavar="DEV", help="Device to check for (default: the target's device type; "
               "without --target, cuda:0 if available, else cpu).")
@@ -220,7 +219,7 @@ def _describe_output(index: int, value: Any) -> dict[str, Any]:
             if isinstance(value, (int, float, bool)) or value is None else str(value)}
 
 
-@cli.command()
+@click.command()
 @click.argument("source", metavar="BUNDLE|REF")
 @click.option("--program", metavar="NAME", help="Program to run (needed with --inputs when there are several).")
 @click.option("--device", metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
@@ -378,3 +377,6 @@ def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
 
 def _num(v: Any) -> str:
     return "-" if v is None else f"{v:.3g}"
+
+
+COMMANDS = [target, verify, run]

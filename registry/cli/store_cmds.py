@@ -5,7 +5,6 @@ from typing import Any
 
 import click
 
-from . import cli
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size
 
@@ -21,7 +20,7 @@ def version_json(v: Any) -> dict[str, Any]:
     }
 
 
-@cli.command()
+@click.command()
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="Model name (lowercase; team/model allowed).")
 @click.option("--alias", "aliases", multiple=True, metavar="A", help="Point alias A at the new version (repeatable).")
@@ -62,7 +61,7 @@ def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tu
     click.echo(f"{v.name}@{v.number} {v.digest}")
 
 
-@cli.command()
+@click.command()
 @click.argument("ref")
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
               help="Bundle file to write (atomically; nothing is left behind on failure).")
@@ -87,7 +86,7 @@ def pull(app: App, ref: str, out: str, pubkeys: tuple[str, ...], as_json: bool) 
     click.echo(f"{result.path} {result.version.name}@{result.version.number} {result.version.digest}")
 
 
-@cli.command("list")
+@click.command("list")
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
@@ -121,7 +120,7 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
     console().print(table)
 
 
-@cli.command()
+@click.command()
 @click.argument("ref")
 @click.option("--at", "at", metavar="ISO8601", help="For NAME@ALIAS: what the alias pointed to at that time.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -153,7 +152,7 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         out.print("published with: " + esc(", ".join(f"{k} {val}" for k, val in sorted(env.items()) if val)))
 
 
-@cli.group()
+@click.group()
 def alias() -> None:
     """Move or remove aliases (mutable, audited pointers such as prod or staging)."""
 
@@ -199,13 +198,13 @@ def _status_command(status: str, help_text: str) -> Any:
     return command
 
 
-deprecate = cli.command("deprecate")(_status_command(
+deprecate = click.command("deprecate")(_status_command(
     "deprecated", "Mark a version deprecated (still resolvable; pulls warn)."))
-yank = cli.command("yank")(_status_command(
+yank = click.command("yank")(_status_command(
     "yanked", "Yank a version: NAME (latest) skips it; a pinned ref still works and warns."))
 
 
-@cli.command()
+@click.command()
 @click.option("--dry-run", is_flag=True, help="Only report what would be deleted.")
 @click.option("--grace", "grace", type=float, default=0.0, metavar="SECONDS", show_default=True,
               help="Keep unreferenced blobs younger than this.")
@@ -230,7 +229,7 @@ def gc(app: App, dry_run: bool, grace: float, as_json: bool) -> None:
                   f"upload(s)" if result.aborted_uploads else ""))
 
 
-@cli.group()
+@click.group()
 def db() -> None:
     """Metadata database maintenance."""
 
@@ -243,3 +242,6 @@ def db_upgrade(app: App) -> None:
 
     before, after = upgrade(make_engine(app.settings.db_url))
     click.echo(f"database at {after}" + (f" (was {before or 'empty'})" if before != after else " (already current)"))
+
+
+COMMANDS = [push, pull, list_cmd, show, alias, deprecate, yank, gc, db]

@@ -35,7 +35,7 @@ _HEARTBEAT_SECONDS = 10.0
 
 def build_info() -> dict[str, Any]:
     """Who/when/where a bundle was built: informational, outside the bundle's identity."""
-    from .. import __version__
+    from ..constants import VERSION as __version__
 
     return {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "created_by": actor(), "host": hostname(), "tool": f"pt2-registry {__version__}"}
@@ -264,15 +264,15 @@ class Registry:
 
     @cached_property
     def trust_policy(self) -> Any:
-        """The client trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``; see registry.runtime.trust)."""
-        from ..runtime.trust import load_policy
+        """The client trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``; see registry.client.trust)."""
+        from .trust import load_policy
 
         return load_policy(self.settings.home)
 
     def _trusted(self, src: MaterializedBundle, trust: bool) -> MaterializedBundle:
         if not trust:
             return src
-        from ..runtime.trust import establish_trust
+        from .trust import establish_trust
 
         return establish_trust(src, self.trust_policy)
 

@@ -11,7 +11,7 @@ deserialization in a limited subprocess (``registry.runtime.sandbox``) -> load t
 (portable program moved to the device with ``move_to_device_pass``, or an AOTInductor package,
 chosen only when a trusted key signed the bundle or ``trust_native``) -> every call's inputs
 checked against the signature (``registry.runtime.inputs``) before the graph runs. The trust
-policy (``registry.runtime.trust``) is enforced by ``load`` before any of this.
+policy (``registry.client.trust``) is enforced by ``load`` before any of this.
 """
 from __future__ import annotations
 
@@ -452,7 +452,7 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
     load_libraries(list(libraries))
     import_modules(list(imports))
     from .sandbox import SandboxConfig
-    from .trust import establish_trust, load_policy
+    from ..client.trust import establish_trust, load_policy
 
     settings = Settings.resolve()
     policy = load_policy(settings.home)

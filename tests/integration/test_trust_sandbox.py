@@ -21,7 +21,7 @@ from registry.errors import SignatureError, UnsafeArchiveError, UsageError  # no
 from registry.runtime.loader import load  # noqa: E402
 from registry.format.signing import generate_keypair  # noqa: E402
 from registry.sources import materialize_file  # noqa: E402
-from registry.runtime.trust import glob_match, load_policy  # noqa: E402
+from registry.client.trust import glob_match, load_policy  # noqa: E402
 from tests.cli_inprocess import invoker, one_error_line
 from tests.fixtures_pt2 import run_cli  # noqa: E402
 from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2  # noqa: E402
