@@ -219,15 +219,22 @@ def models(quick: bool) -> ModelSet:
     ms = ModelSet(d, width, layers)
     if all(ms.bundle(w).is_file() for w in ("base", "ft", "tiny")):
         return ms
-    tmp = d.with_suffix(".incomplete")
+    # one temporary directory per process: two benchmarks started at once may both generate
+    tmp = d.parent / f"{d.name}.incomplete-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); import _common; " \
            f"_common._generate({str(tmp)!r}, {width}, {layers})"
     t0 = time.perf_counter()
     run([PYTHON, "-c", code])  # a child process, so torch stays out of this one
-    shutil.rmtree(d, ignore_errors=True)
-    os.replace(tmp, d)
+    if d.exists() and not all(ms.bundle(w).is_file() for w in ("base", "ft", "tiny")):
+        shutil.rmtree(d, ignore_errors=True)  # a set left incomplete by hand
+    try:
+        os.replace(tmp, d)
+    except OSError:  # another process finished first: its set is as good as ours
+        if not all(ms.bundle(w).is_file() for w in ("base", "ft", "tiny")):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"generated {d} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return ms
 

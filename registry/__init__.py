@@ -1,8 +1,11 @@
 """pt2-registry: a registry and packaging format for PyTorch ``torch.export`` programs.
 
-    >>> from registry import bundle_exported_programs, Registry, load
+    >>> from registry import Registry, Target, bundle_exported_programs, load, open_source, verify_bundle
     >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds})
-    >>> Registry().push("m.pt2b", "team/encoder", aliases=["staging"])
+    >>> with Registry() as reg:
+    ...     reg.push("m.pt2b", "team/encoder", aliases=["staging"], datasets=["s3://corpora/wmt"])
+    ...     src = open_source("team/encoder@staging", registry=reg)   # a file or a ref, verified
+    >>> verify_bundle(src, target=Target.load("box.json")).raise_for_status()   # what `pt2reg verify` does
     >>> model = load("team/encoder@staging", device="cuda:0"); model["encoder"](tokens)
 
 Importing this package does not import torch, SQLAlchemy or boto3.
@@ -15,7 +18,8 @@ from .constants import VERSION as __version__
 
 __all__ = [
     "__version__", "Registry", "Settings", "Ref", "Manifest", "BundleFile", "build_bundle",
-    "bundle_exported_programs", "ProgramInput", "SampleInput", "load", "errors",
+    "bundle_exported_programs", "ProgramInput", "SampleInput", "load", "verify_bundle", "Target",
+    "open_source", "errors",
 ]
 
 _LAZY = {
@@ -29,6 +33,9 @@ _LAZY = {
     "ProgramInput": ("registry.bundler", "ProgramInput"),
     "SampleInput": ("registry.bundler", "SampleInput"),
     "load": ("registry.runtime.loader", "load"),
+    "verify_bundle": ("registry.runtime.loader", "verify_bundle"),
+    "Target": ("registry.runtime.target", "Target"),
+    "open_source": ("registry.sources", "open_source"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +45,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .format.manifest import Manifest
     from .refs import Ref
+    from .runtime.loader import load, verify_bundle
+    from .runtime.target import Target
+    from .sources import open_source
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ from .format.chunking import MIN_CHUNK, MIN_MEMBER, hash_chunks, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
-from .format.manifest import Manifest
+from .format.manifest import AotiTarget, Manifest, Member, ProgramSpec, Sample, Variant, baked_device_groups, evolve
 from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
@@ -74,38 +74,35 @@ def _check_ident(name: str, what: str) -> str:
     return name
 
 
-def _aoti_target(meta: Mapping[str, str]) -> dict[str, Any]:
-    cc = meta.get("AOTI_COMPUTE_CAPABILITY") or None
-    return {
-        "device_key": meta.get("AOTI_DEVICE_KEY", "cpu") or "cpu",
-        "compute_capability": cc,
-        "platform": meta.get("AOTI_PLATFORM") or None,
-        "machine": meta.get("AOTI_MACHINE") or None,
-        "cpu_isa": meta.get("AOTI_CPU_ISA") or None,
-    }
+def _aoti_target(meta: Mapping[str, str]) -> AotiTarget:
+    """The variant's target from the package's AOTI_* metadata (every key written, None or not)."""
+    return evolve(AotiTarget(present=frozenset()),
+                  device_key=meta.get("AOTI_DEVICE_KEY", "cpu") or "cpu",
+                  compute_capability=meta.get("AOTI_COMPUTE_CAPABILITY") or None,
+                  platform=meta.get("AOTI_PLATFORM") or None,
+                  machine=meta.get("AOTI_MACHINE") or None,
+                  cpu_isa=meta.get("AOTI_CPU_ISA") or None)
 
 
-def _variant_id(target: Mapping[str, Any]) -> str:
-    key = target["device_key"]
-    if target.get("compute_capability"):
-        return f"aoti-{key}-sm{target['compute_capability']}"
+def _variant_id(target: AotiTarget) -> str:
+    key = target.device_key
+    if target.compute_capability:
+        return f"aoti-{key}-sm{target.compute_capability}"
     # The ISA is part of the id: AVX2 and AVX-512 builds of one program are distinct variants.
-    isa = "-".join((target.get("cpu_isa") or "").split())
-    return "-".join(p for p in ("aoti", key, target.get("machine") or "any", isa) if p).lower()
+    isa = "-".join((target.cpu_isa or "").split())
+    return "-".join(p for p in ("aoti", key, target.machine or "any", isa) if p).lower()
 
 
-def _baked_warnings(name: str, prog: Mapping[str, Any]) -> list[str]:
-    from .cli.views import baked_device_groups
-
-    return [f"program {name!r}: {g['head']}, moved to the target device at load"
-            + (f": {g['quote']}" if g["quote"] else "") for g in baked_device_groups(prog["baked_devices"])]
+def _baked_warnings(name: str, prog: ProgramSpec) -> list[str]:
+    return [f"program {name!r}: {g.head}, moved to the target device at load"
+            + (f": {g.quote}" if g.quote else "") for g in baked_device_groups(prog.baked_devices)]
 
 
 class _Builder:
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.programs: dict[str, dict[str, Any]] = {}
-        self.members: dict[str, dict[str, Any]] = {}     # path -> member entry
+        self.programs: dict[str, ProgramSpec] = {}
+        self.members: dict[str, Member] = {}             # path -> member entry
         self.files: dict[str, Path] = {}                 # path -> local file with its bytes
         self.by_sha: dict[str, str] = {}                 # sha256 -> member path (dedup)
         self.normalized: dict[str, tuple[Path, Pt2Archive]] = {}  # program -> portable file
@@ -120,17 +117,15 @@ class _Builder:
                      if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra_spans)]
             spans += extra_spans  # an entry holding several weights is split at them instead
             sha, hashed = hash_chunks(local, plan_chunks(spans, size))
-            chunks = [{"sha256": h, "size": n} for h, n in hashed]
+            chunks = tuple((h, n) for h, n in hashed)
         else:
             with open(local, "rb") as f:
                 sha, size = sha256_stream(f)
-        if sha in self.by_sha and self.members[self.by_sha[sha]]["role"] == role:
+        if sha in self.by_sha and self.members[self.by_sha[sha]].role == role:
             return self.by_sha[sha]
         if path in self.members:
             raise UsageError(f"two different files would be stored as {path!r}")
-        self.members[path] = {"path": path, "sha256": sha, "size": size, "role": role}
-        if chunks:
-            self.members[path]["chunks"] = chunks
+        self.members[path] = Member(path, sha, size, role, chunks or ())  # "chunks" written when there are some
         self.files[path] = local
         self.by_sha[sha] = path
         return path
@@ -160,14 +155,13 @@ class _Builder:
                 raise UsageError(f"program {name!r} given twice",
                                  hint="give an AOTInductor package the same name to add it as a variant")
             member = self.add_file(f"programs/{name}.pt2", norm, "program")
-            desc = dict(archive.programs[inner_name])
-            for op in desc["required_ops"]:
-                from .runtime.torchrt import op_schema
+            from .runtime.torchrt import op_schema
 
-                op["schema"] = op_schema(op["target"])
-            desc["serialization"]["archive_version"] = archive.archive_version
-            desc["variants"] = [{"id": "portable", "kind": "exported_program", "member": member,
-                                 "archive_name": inner_name}]
+            # the reader's description (JSON values) with the variants it lacks, then typed
+            desc = ProgramSpec.from_json(name, {**archive.programs[inner_name], "variants": [
+                Variant("portable", "exported_program", member, inner_name).to_json()]})
+            desc = evolve(desc, required_ops=tuple(evolve(op, schema=op_schema(op.target)) for op in desc.required_ops),
+                          serialization=evolve(desc.serialization, archive_version=archive.archive_version))
             self.programs[name] = desc
             self.normalized[name] = (norm, archive)
             self.where[name] = where
@@ -181,12 +175,12 @@ class _Builder:
         for inner_name, info in archive.aoti.items():
             target = _aoti_target(info["metadata"])
             vid = _check_ident(_variant_id(target), "variant id")
-            if any(v["id"] == vid for v in prog["variants"]):
+            if prog.variant(vid) is not None:
                 raise UsageError(f"program {src.name!r} already has a variant for {vid}")
             member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti",
                                    _weights_in_blobs(norm, self.normalized[src.name][0]))
-            prog["variants"].append({"id": vid, "kind": "aoti", "member": member,
-                                     "archive_name": inner_name, "target": target})
+            prog = evolve(prog, variants=prog.variants + (Variant(vid, "aoti", member, inner_name, target),))
+            self.programs[src.name] = prog
 
 
 def _weights_in_blobs(package: Path, portable: Path) -> list[tuple[int, int]]:
@@ -220,10 +214,10 @@ def _weights_in_blobs(package: Path, portable: Path) -> list[tuple[int, int]]:
     return spans
 
 
-def _torch_requirement(programs: Mapping[str, Mapping[str, Any]]) -> str | None:
+def _torch_requirement(programs: Mapping[str, ProgramSpec]) -> str | None:
     versions = []
     for p in programs.values():
-        m = re.match(r"^(\d+)\.(\d+)", p["serialization"]["torch_version"])
+        m = re.match(r"^(\d+)\.(\d+)", p.serialization.torch_version)
         if m:
             versions.append((int(m.group(1)), int(m.group(2))))
     return f">={max(versions)[0]}.{max(versions)[1]}" if versions else None
@@ -258,18 +252,18 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
 
         dim_notes = name_dims(b.programs, dim_names)
         sample_entries = _build_samples(b, samples, rtol, atol, trust_pickle)
-        hw = sorted({d for p in b.programs.values() for d in p["dtypes"]} & HARDWARE_DTYPES)
+        hw = sorted({d for p in b.programs.values() for d in p.dtypes} & HARDWARE_DTYPES)
         from .runtime.torchrt import environment
 
-        raw = {
+        raw = {  # the JSON edge: written from the typed parts, validated and parsed back
             "format": BUNDLE_FORMAT,
             "kind": "pt2-bundle",
-            "programs": b.programs,
+            "programs": {name: prog.to_json() for name, prog in b.programs.items()},
             # JSON objects are canonical with sorted keys: the order given is kept explicitly
             # (only with several programs, so a one-program bundle's digest is unchanged)
             **({"program_order": list(b.programs)} if len(b.programs) > 1 else {}),
-            "members": sorted(b.members.values(), key=lambda m: m["path"]),
-            "samples": sample_entries,
+            "members": [m.to_json() for m in sorted(b.members.values(), key=lambda m: m.path)],
+            "samples": [s.to_json() for s in sample_entries],
             "requirements": {
                 "torch": torch_requirement if torch_requirement is not None else _torch_requirement(b.programs),
                 "device_types": sorted(device_types) if device_types else None,
@@ -287,13 +281,12 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
 
 
 def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, atol: float,
-                   trust_pickle: bool = False) -> list[dict]:
+                   trust_pickle: bool = False) -> list[Sample]:
     if not samples:
         return []
-    from torch.utils._pytree import tree_flatten
-
-    from .runtime.samples import call_arguments, run_program, without_constants, write_sample
-    from .runtime.torchrt import load_inputs_file
+    from .runtime.inputs import call_arguments, without_constants
+    from .runtime.samples import run_program, write_sample
+    from .runtime.torchrt import load_inputs_file, tree_flatten
 
     modules: dict[str, Any] = {}
     entries = []
@@ -309,38 +302,37 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
                     f"program {s.program!r} stores pickled data ({', '.join(archive.pickled[:3])}); computing "
                     f"samples would unpickle it", member=archive.pickled[0],
                     hint="bundle without --sample, or pass --trust-pickle if you trust this file")
-            inner = b.programs[s.program]["variants"][0]["archive_name"]
+            inner = b.programs[s.program].variants[0].archive_name
             modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program], b.where.get(s.program),
                                                    s.program)
         program = b.programs[s.program]
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
-        flat_inputs = without_constants(flat_inputs, program.get("constant_inputs") or [])  # put back at run
+        flat_inputs = without_constants(flat_inputs, program.constant_inputs)  # put back at run
         outputs = run_program(modules[s.program], program, value)
         k = counts.get(s.program, 0)
         counts[s.program] = k + 1
         local = b.work / f"sample-{s.program}-{k}.safetensors"
         in_keys, out_keys = write_sample(local, flat_inputs, outputs)
         member = b.add_file(f"samples/{s.program}.{k}.safetensors", local, "sample")
-        entries.append({"name": f"{s.program}-{k}", "program": s.program, "member": member,
-                        "inputs": in_keys, "outputs": out_keys, "rtol": rtol, "atol": atol})
+        entries.append(Sample(f"{s.program}-{k}", s.program, member, tuple(in_keys), tuple(out_keys), rtol, atol))
     return entries
 
 
-def _load_for_samples(path: Path, inner: str, program: Mapping[str, Any], label: str | None = None,
+def _load_for_samples(path: Path, inner: str, program: ProgramSpec, label: str | None = None,
                       name: str | None = None) -> Any:
     from .errors import IncompatibleError
     from .runtime.torchrt import load_exported_program, op_schema
 
-    missing = [op["name"] for op in program["required_ops"] if op_schema(op["target"]) is None]
+    missing = [op.name for op in program.required_ops if op_schema(op.target) is None]
     if missing:
         raise IncompatibleError(
             f"cannot compute golden samples: custom op {missing[0]} is not registered in this process",
             hint="pass --import MODULE (or --load-library PATH.so) that registers it, or bundle without --sample")
-    from .format.manifest import ProgramSpec
+    from .runtime.compat import pytree_classes_of
     from .runtime.torchrt import stand_in_pytree_classes
 
-    stand_in_pytree_classes(ProgramSpec(inner, program).pytree_classes)  # library output classes
+    stand_in_pytree_classes(pytree_classes_of(program))  # library output classes
     return load_exported_program(path, inner, label=label, program=name).module()
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER",
     "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
     "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
+    "ENV_S3_MULTIPART_THRESHOLD", "S3_MULTIPART_THRESHOLD", "s3_multipart_threshold",
 ]
 
 VERSION = "0.1.0"  # the package version (pyproject.toml reads it from here)
@@ -41,6 +42,25 @@ MAX_JSON_DEPTH = 64
 #: Streaming buffer for hashing and copying.
 CHUNK_SIZE = 1024 * 1024
 
+#: Blobs from this size up go to S3 as multipart uploads (parts of 8 MiB). The environment
+#: variable, a number of bytes, overrides it: the tests lower it so that small bundles take the
+#: multipart path (S3 still requires parts of at least 5 MiB).
+ENV_S3_MULTIPART_THRESHOLD = "PT2REG_S3_MULTIPART_THRESHOLD"
+S3_MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
 
 def default_home() -> Path:
     return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME).expanduser()
+
+
+def s3_multipart_threshold() -> int:
+    """The S3 multipart threshold in force: ``PT2REG_S3_MULTIPART_THRESHOLD`` bytes, else 64 MiB."""
+    raw = os.environ.get(ENV_S3_MULTIPART_THRESHOLD, "").strip()
+    if not raw:
+        return S3_MULTIPART_THRESHOLD
+    if not raw.isdigit() or int(raw) < 1:
+        from .errors import UsageError
+
+        raise UsageError(f"{ENV_S3_MULTIPART_THRESHOLD}={raw!r} is not a number of bytes",
+                         hint=f"unset it, or give a size in bytes such as {S3_MULTIPART_THRESHOLD}")
+    return int(raw)

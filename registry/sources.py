@@ -1,5 +1,9 @@
 """Bundles made local: every member a verified file in the client cache, keyed by digest.
 
+``open_source`` is the one way from what a user typed (a bundle file or a registry ref) to a
+local, verified bundle; ``verify``, ``run``, ``inspect`` and ``registry.load`` all go through it
+(``parse_source`` alone when the metadata is enough).
+
 The cache (``HOME/cache/blobs/sha256/ab/<hex>``, the same layout as a local blob store) holds
 only bytes whose sha256 was checked while they were written, so a cached, pinned version is
 served with no network and no database round trip. Each verified file gets a stamp
@@ -7,26 +11,36 @@ served with no network and no database round trip. Each verified file gets a sta
 matches its stamp is used as is (one ``stat``, no re-hash: warm loads stay at
 ``torch.export.load`` speed). One that changed, even by a byte written in place (any write or
 ``chmod`` moves ctime, which no user call can set back), is re-hashed before use, and evicted
-when it no longer matches its digest, so it is fetched again instead of being loaded.
+when it no longer matches its digest, so it is fetched again instead of being loaded. Beside
+the blobs, ``cache/signatures/<hex>.json`` and ``cache/names/<hex>.json`` keep what the
+database said about a digest, so a cached pin can be served with its signatures.
 
-    >>> src = materialize_file("model.pt2b", cache_dir)      # doctest: +SKIP
+    >>> with Registry() as reg:                                     # doctest: +SKIP
+    ...     src = open_source("team/bert@prod", registry=reg)     # or "model.pt2b"
     >>> src.member_file("programs/encoder.pt2")
 """
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
 
 from .format.bundle import BundleFile
 from .atomic import atomic_write
-from .digests import hex_of, iter_chunks
-from .errors import IntegrityError
+from .blobs.base import blob_relpath
+from .digests import digest_of_bytes, hex_of, sha256_stream
+from .errors import IntegrityError, NotFoundError
 from .format.manifest import Manifest
+from .refs import Ref
 
-__all__ = ["MaterializedBundle", "BlobCache", "materialize_file"]
+if TYPE_CHECKING:  # the client sits above this module: only its type is named here
+    from .client import Registry
+
+__all__ = ["MaterializedBundle", "BlobCache", "AuditSpool", "materialize_file", "looks_like_file",
+           "parse_source", "open_source"]
 
 
 class BlobCache:
@@ -36,16 +50,14 @@ class BlobCache:
         self.root = Path(root)
 
     def path(self, digest: str) -> Path:
-        h = hex_of(digest)
-        return self.root / "blobs" / "sha256" / h[:2] / h
+        return self.root / blob_relpath(digest)
 
     def has(self, digest: str) -> bool:
         """The blob is cached (not checked: see ``usable``)."""
         return self.path(digest).is_file()
 
     def _stamp_path(self, digest: str) -> Path:
-        h = hex_of(digest)
-        return self.root / "verified" / h[:2] / h
+        return self.root / blob_relpath(digest, under="verified")
 
     @staticmethod
     def _stat_line(path: Path) -> str | None:
@@ -101,27 +113,101 @@ class BlobCache:
         if self.usable(digest):
             return dest
         with atomic_write(dest, mode=0o444) as out:
-            h = hashlib.sha256()
-            for chunk in iter_chunks(src):
-                h.update(chunk)
-                out.write(chunk)
-                if progress:
-                    progress(len(chunk))
-            if h.hexdigest() != hex_of(digest):
+            got, _n = sha256_stream(src, out=out, progress=progress)
+            if got != hex_of(digest):
                 what = label or f"blob {digest}"
-                raise IntegrityError(f"{what} is corrupt: expected {digest}, got sha256:{h.hexdigest()}",
+                raise IntegrityError(f"{what} is corrupt: expected {digest}, got sha256:{got}",
                                      hint="the source is damaged; nothing was cached")
         self.stamp(digest)
         return dest
 
     def verify(self, digest: str) -> bool:
         """Re-hash a cached blob (used when a cached file is suspected)."""
-        p = self.path(digest)
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1024 * 1024), b""):
-                h.update(chunk)
-        return h.hexdigest() == hex_of(digest)
+        with open(self.path(digest), "rb") as f:
+            return sha256_stream(f)[0] == hex_of(digest)
+
+    def pinned_bundle(self, ref: Ref) -> MaterializedBundle | None:
+        """A digest-pinned ref whose manifest and members are all cached intact, and which the
+        database resolved under this model name on this machine before: no DB, no store."""
+        if ref.digest is None or not self.has(ref.digest) or ref.name not in self.names(ref.digest):
+            return None  # not cached, or never resolved under this model name here: the database decides
+        data = self.path(ref.digest).read_bytes()
+        if digest_of_bytes(data) != ref.digest:
+            self.evict(ref.digest)
+            return None
+        manifest = Manifest.from_bytes(data)
+        files = {}
+        for m in manifest.members:
+            if not self.usable(m.digest):  # a damaged entry is evicted: fetched again
+                return None
+            files[m.path] = self.path(m.digest)
+        return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name)
+
+    # -- what the database said about a digest, kept beside its blobs ---------------------------
+    def _doc_path(self, kind: str, digest: str) -> Path:
+        return self.root / kind / f"{hex_of(digest)}.json"
+
+    def _read_list(self, kind: str, digest: str) -> list[Any]:
+        try:
+            value = json.loads(self._doc_path(kind, digest).read_text("utf-8"))
+        except (OSError, ValueError):
+            return []
+        return value if isinstance(value, list) else []
+
+    def _write_doc(self, kind: str, digest: str, value: Any) -> None:
+        with atomic_write(self._doc_path(kind, digest), fsync=False) as f:
+            f.write(json.dumps(value).encode("utf-8"))
+
+    def signatures(self, digest: str) -> list[dict[str, Any]]:
+        """Signatures seen for a digest (they are verified cryptographically when required)."""
+        return [s for s in self._read_list("signatures", digest) if isinstance(s, dict)]
+
+    def remember_signatures(self, digest: str, sigs: list[dict[str, Any]]) -> None:
+        self._write_doc("signatures", digest, sigs)
+
+    def names(self, digest: str) -> set[str]:
+        """Model names the database resolved this digest under on this machine."""
+        return {n for n in self._read_list("names", digest) if isinstance(n, str)}
+
+    def remember_name(self, digest: str, name: str) -> None:
+        names = self.names(digest)
+        if name not in names:
+            self._write_doc("names", digest, sorted(names | {name}))
+
+
+class AuditSpool:
+    """Audit events of pulls served from the cache without the database (``HOME/audit-spool.jsonl``);
+    they are appended to the shared audit log at the next database contact."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def append(self, action: str, *, actor: str, host: str, **fields: Any) -> None:
+        event = {"action": action, "actor": actor, "host": host,
+                 "at": datetime.now(timezone.utc).isoformat(), **fields}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(event, sort_keys=True) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def flush(self, record: Callable[[dict[str, Any]], None]) -> None:
+        """Hand every spooled event to ``record`` once (another process flushing it at the same
+        time gets none of them), then forget them; a torn last line is skipped."""
+        if not self.path.exists():
+            return
+        claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.flushing")
+        try:
+            os.replace(self.path, claimed)
+        except FileNotFoundError:
+            return  # another process is flushing it
+        for line in claimed.read_text("utf-8").splitlines():
+            try:
+                record(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a killed process: nothing to record
+        claimed.unlink()
 
 
 @dataclass(frozen=True)
@@ -159,3 +245,41 @@ def materialize_file(path: str | os.PathLike, cache_dir: str | os.PathLike,
         with bundle.open_member(m.path) as src:
             files[m.path] = cache.put_stream(m.digest, src, m.size, progress, label=f"{path}: member {m.path}")
     return MaterializedBundle(bundle.manifest, files, list(bundle.signatures), label=str(path))
+
+
+def looks_like_file(source: str) -> bool:
+    """Whether what the user typed names a file rather than a ref: it exists, ends in a bundle
+    or program suffix, or starts like a path (``.``, ``~``, an absolute path)."""
+    return os.path.exists(source) or source.endswith((".pt2b", ".pt2", ".zip")) or \
+        source.startswith((".", "~")) or os.sep in source and os.path.isabs(source)
+
+
+def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
+    """A bundle file (which must exist: NotFoundError, exit 3) or a parsed ref (UsageError,
+    exit 2, when it is neither)."""
+    text = os.fspath(source)
+    if isinstance(source, os.PathLike) or looks_like_file(text):
+        if not os.path.exists(text):
+            raise NotFoundError(f"{text}: no such file", what="file", name=text)
+        return Path(text)
+    return Ref.parse(text)
+
+
+def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry: Registry,
+                progress: Callable[[int], None] | None = None,
+                require_signature: Iterable[str] = ()) -> MaterializedBundle:
+    """A bundle file or a registry ref, every member a verified local file.
+
+    The trust policy is enforced first (a ref is resolved once; SignatureError, exit 5, before
+    any blob is fetched); ``require_signature`` (public key paths) must then have signed it,
+    and its keys count as trusted. A ``MaterializedBundle`` is taken as is, the policy enforced.
+    """
+    keys = list(require_signature)
+    if isinstance(source, MaterializedBundle):
+        return registry.enforce_trust(source, require_signature=keys)
+    where = parse_source(source)
+    if isinstance(where, Ref):
+        src = registry.materialize(where, progress=progress)
+    else:
+        src = registry.open_file(where, progress=progress)
+    return registry.enforce_trust(src, require_signature=keys) if keys else src

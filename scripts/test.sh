@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite: unit tier, integration tier on SQLite + local files + moto S3, and
 # the team tier against a real PostgreSQL and a real S3-compatible server (SeaweedFS), which the
-# test fixtures start on free loopback ports and stop afterwards.
+# test fixtures start once per run on free loopback ports, share between the xdist workers and
+# stop when the run ends (tests/shared.py). `-m "not slow"` leaves out the longest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh

@@ -2,13 +2,80 @@
 
 A pytest plugin (listed in ``tests/conftest.py``): the ``pt2reg`` fixture runs commands against
 an embedded registry under ``tmp_path/home`` (``pt2reg.home``).
+
+Tests drive the CLI here, in the test process, by default: a command then costs what it does,
+not an interpreter start-up and a torch import (~0.5 to 2 s each). A real process
+(``tests.fixtures_pt2.cli_process``) is kept for what only a process shows: SIGKILL and crash
+safety, concurrent writers, custom-op libraries that must not register in the test process,
+import-time checks, resource limits and the first-load sandbox.
+
+What a command could leak into the next one in process, and how it is kept out:
+
+- environment variables: ``env`` is laid over ``os.environ`` for the call only (CliRunner);
+- the working directory: ``cwd`` is entered for the call only;
+- stdout/stderr: captured per call, apart, as a subprocess's would be;
+- the registry's connections: the CLI closes its ``Registry`` when the command ends;
+- torch custom ops and ``--import``/``--library`` modules: never in process (they would stay
+  registered for every later test), see ``cli_process``.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 import pytest
+
+__all__ = ["Completed", "run_in_process", "invoker", "pt2reg", "one_error_line", "refused",
+           "push_unchecked"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished ``pt2reg`` command: the fields tests read from ``subprocess.CompletedProcess``."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def _working_directory(cwd: str | os.PathLike | None) -> Iterator[None]:
+    if cwd is None:
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def run_in_process(*args: Any, env: Mapping[str, str | None] | None = None,
+                   cwd: str | os.PathLike | None = None) -> Completed:
+    """``pt2reg ARGS`` in this process, as a user would run it: ``env`` laid over the process
+    environment for the call (a ``None`` value unsets a variable), ``cwd`` the working directory
+    during it. An exception the CLI lets escape (a bug) propagates with its traceback.
+
+    CliRunner swaps ``sys.stdout``/``sys.stderr`` and ``os.environ`` for the whole process, so
+    commands cannot run side by side in threads: concurrent commands need real processes."""
+    from click.testing import CliRunner
+
+    from registry.cli import cli
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("pt2reg runs in process on the main thread only; run concurrent "
+                           "commands as processes (tests.fixtures_pt2.cli_process)")
+    argv = tuple(str(a) for a in args)
+    with _working_directory(cwd):
+        result = CliRunner().invoke(cli, list(argv), env=dict(env or {}), catch_exceptions=False,
+                                    prog_name="pt2reg")
+    return Completed(argv, result.exit_code, result.stdout, result.stderr)
 
 
 def invoker(home: Path):
@@ -51,11 +118,11 @@ def refused(result, *needles: str, code: int = 5) -> str:
 def push_unchecked(home: Path, bundle: Path, name: str, monkeypatch) -> None:
     """Publish without the push-time program checks: what a hostile or older client, or anyone
     with write access to the database and store, can leave in a registry."""
-    import registry.client.api as client_mod
+    import registry.client.push as push_mod
     from registry.client import Registry
     from registry.config import Settings
 
     with monkeypatch.context() as m:
-        m.setattr(client_mod, "check_bundle_programs", lambda bundle: None)
+        m.setattr(push_mod, "check_bundle_programs", lambda bundle: None)
         m.setenv("PT2REG_HOME", str(home))
         Registry(Settings.resolve()).push(bundle, name)

@@ -1,41 +1,23 @@
 """Registry setups for CLI-level tests: the same tests run on every backend combination.
 
 - ``local``: SQLite file + local blob directory (the embedded default, zero services)
-- ``moto``: SQLite + S3 served by moto's threaded server (reachable from CLI subprocesses)
+- ``moto``: SQLite + S3 served by moto's server (``tests.services_s3.moto_endpoint``)
 - ``team``: real PostgreSQL + real SeaweedFS S3 (the integration tier)
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
-from tests.fixtures_pt2 import run_cli
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+from tests.cli_inprocess import Completed
+from tests.fixtures_pt2 import cli_process, run_cli
+from tests.shared import built_once
 
 
 _FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -51,10 +33,18 @@ class RegistryEnv:
     store: str
     env: dict[str, str] = field(default_factory=dict)
 
-    def cli(self, *args: str, home: Path | None = None, timeout: float = 300):
-        env = {**self.env, "PT2REG_HOME": str(home or self.home), "PT2REG_DB": self.db,
-               "PT2REG_STORE": self.store}
-        return run_cli(*args, env=env, timeout=timeout)
+    def cli_env(self, home: Path | None = None) -> dict[str, str]:
+        """The variables pointing ``pt2reg`` at this registry (``home``: another machine's home)."""
+        return {**self.env, "PT2REG_HOME": str(home or self.home), "PT2REG_DB": self.db,
+                "PT2REG_STORE": self.store}
+
+    def cli(self, *args: Any, home: Path | None = None, cwd: Path | None = None) -> Completed:
+        """``pt2reg ARGS`` against this registry, in the test process."""
+        return run_cli(*args, env=self.cli_env(home), cwd=cwd)
+
+    def cli_process(self, *args: Any, home: Path | None = None, **kwargs: Any):
+        """``pt2reg ARGS`` against this registry in a fresh process (kills, races, limits)."""
+        return cli_process(*args, env=self.cli_env(home), **kwargs)
 
     def s3_client(self):
         import boto3
@@ -133,22 +123,22 @@ def reg_env(request: pytest.FixtureRequest, tmp_path: Path) -> RegistryEnv:
 
 @pytest.fixture(scope="session")
 def bundles(pt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``ed``: encoder/decoder with samples; ``v0``..``v5``: six distinct small bundles."""
-    from registry.bundler import ProgramInput, SampleInput, build_bundle
+    """``ed``: encoder/decoder with samples; ``v0``..``v5``: six distinct small bundles (built
+    once per run, read only)."""
+    def build(out: Path) -> None:
+        from registry.bundler import ProgramInput, SampleInput, build_bundle
 
-    out = tmp_path_factory.mktemp("bundles")
-    made = {}
-    build_bundle(out / "ed.pt2b", [ProgramInput("encoder", pt2_dir / "encoder.pt2"),
-                                   ProgramInput("decoder", pt2_dir / "decoder.pt2")],
-                 samples=[SampleInput("encoder", pt2_dir / "encoder_inputs.pt"),
-                          SampleInput("decoder", pt2_dir / "decoder_inputs.pt")],
-                 metadata={"owner": "nlp"})
-    made["ed"] = out / "ed.pt2b"
-    for i in range(6):
-        build_bundle(out / f"v{i}.pt2b", [ProgramInput("decoder", pt2_dir / "decoder.pt2")],
-                     metadata={"variant": str(i)})
-        made[f"v{i}"] = out / f"v{i}.pt2b"
-    return made
+        build_bundle(out / "ed.pt2b", [ProgramInput("encoder", pt2_dir / "encoder.pt2"),
+                                       ProgramInput("decoder", pt2_dir / "decoder.pt2")],
+                     samples=[SampleInput("encoder", pt2_dir / "encoder_inputs.pt"),
+                              SampleInput("decoder", pt2_dir / "decoder_inputs.pt")],
+                     metadata={"owner": "nlp"})
+        for i in range(6):
+            build_bundle(out / f"v{i}.pt2b", [ProgramInput("decoder", pt2_dir / "decoder.pt2")],
+                         metadata={"variant": str(i)})
+
+    out = built_once(tmp_path_factory, "bundles", build)
+    return {name: out / f"{name}.pt2b" for name in ("ed", *(f"v{i}" for i in range(6)))}
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ A pytest plugin (``-p tests.services_pg``); the server also runs outside pytest:
 
 Fixtures:
     pg_url      session: one PostgreSQL (Debian's 15) on a free loopback port, in a temp dir
-                removed at the end; yields the URL of its ``postgres`` database. Fails (never
-                skips) when ``initdb`` is missing.
+                removed at the end, shared by the run's xdist workers (``tests.shared``);
+                yields the URL of its ``postgres`` database. Fails (never skips) when
+                ``initdb`` is missing.
     pg_db_url   function: a fresh database per test, dropped afterwards.
 
 PostgreSQL refuses to run as root, so as root the server runs as the ``postgres`` user in a
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.shared import shared_service
 
 __all__ = ["PostgresServer", "postgres_server", "find_pg_bin", "pg_server", "pg_url", "pg_db_url"]
 
@@ -165,12 +168,16 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def _load(doc: dict) -> PostgresServer:
+    return PostgresServer(port=doc["port"], url=doc["url"], log_path=Path(doc["log_path"]),
+                          startup_seconds=doc["startup_seconds"])
+
+
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PostgresServer]:
-    """The session's PostgreSQL server."""
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """The run's PostgreSQL server, one for all the xdist workers (``tests.shared``)."""
     try:
-        with postgres_server() as server:
-            yield server
+        yield from shared_service(tmp_path_factory, "postgres", "tests.services_pg:postgres_server", _load)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
 

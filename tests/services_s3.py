@@ -7,9 +7,11 @@ server also runs outside pytest::
         bucket = s3.new_bucket()     # s3.endpoint, s3.env (AWS_* variables for boto3)
 
 Fixtures:
-    seaweed_s3   session: one SeaweedFS (master, volume, filer, S3 gateway) on free loopback
-                 ports, in a temp dir removed at the end. Fails (never skips) without ``weed``.
-    moto_s3      function: moto's in-process S3 with fake credentials; yields a bucket name.
+    seaweed_s3     session: one SeaweedFS (master, volume, filer, S3 gateway) on free loopback
+                   ports, in a temp dir removed at the end, shared by the run's xdist workers
+                   (``tests.shared``). Fails (never skips) without ``weed``.
+    moto_endpoint  session: moto's S3 server on a free loopback port (shared the same way).
+    moto_s3        function: moto's in-process S3 with fake credentials; yields a bucket name.
 """
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ from typing import Iterator
 
 import pytest
 
-__all__ = ["SeaweedS3", "seaweed_server", "find_weed", "seaweed_s3", "moto_s3"]
+from tests.shared import shared_service
+
+__all__ = ["SeaweedS3", "seaweed_server", "moto_server", "find_weed", "seaweed_s3", "moto_endpoint",
+           "moto_s3"]
 
 READY_TIMEOUT = 60.0
 STOP_GRACE = 3.0  # weed drains for ~25 s on SIGTERM; its data is a temp dir
@@ -117,14 +122,47 @@ def seaweed_server(*, timeout: float = READY_TIMEOUT) -> Iterator[SeaweedS3]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def seaweed_s3() -> Iterator[SeaweedS3]:
-    """A real S3-compatible server (SeaweedFS) for the whole test session."""
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's S3 on a free loopback port (its threaded server) until the block ends; yields
+    the endpoint URL (any credentials)."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)   # not a line per request
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
     try:
-        with seaweed_server() as server:
-            yield server
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def _load_seaweed(doc: dict) -> SeaweedS3:
+    return SeaweedS3(endpoint=doc["endpoint"], env=doc["env"], log_path=Path(doc["log_path"]),
+                     startup_seconds=doc["startup_seconds"])
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A real S3-compatible server (SeaweedFS) for the whole run, one for all the xdist
+    workers (``tests.shared``); each test makes its own bucket (``new_bucket``)."""
+    try:
+        yield from shared_service(tmp_path_factory, "seaweed", "tests.services_s3:seaweed_server",
+                                  _load_seaweed)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server for the whole run (reachable from CLI subprocesses), one for all the
+    xdist workers; each test makes its own bucket."""
+    yield from shared_service(tmp_path_factory, "moto", "tests.services_s3:moto_server", str)
 
 
 @pytest.fixture

@@ -1,34 +1,34 @@
 """The blob store interface: content-addressed, write-once, verified on the way in and out.
 
 A blob is named by the sha256 of its bytes (``sha256:<64 hex>``) and lives at
-``blobs/sha256/<first 2 hex>/<64 hex>`` under the store's root (a directory or an S3 prefix)::
+``blobs/sha256/<first 2 hex>/<64 hex>`` under the store's root (a directory or an S3 prefix;
+the client cache uses the same layout), spelled out only by :func:`blob_relpath`::
 
-    >>> store = open_blob_store("file:///srv/pt2reg")
-    >>> store.put_bytes(b"hi", "sha256:8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4")
-    True
+    >>> blob_relpath("sha256:" + "ab" * 32)
+    'blobs/sha256/ab/abababababababababababababababababababababababababababababababab'
 
-This module also holds the stream adapters every backend shares: ``VerifyingReader`` (hashes
-what is uploaded and refuses to finish when the bytes do not match the digest),
-``HashingWriter`` (hashes what is downloaded, strictly in order) and ``atomic_download``.
+This module knows no implementation (``open_blob_store`` in the package face picks one). It
+holds what every backend shares: the blob layout (:func:`blob_relpath`), range and batch
+helpers, ``PwriteWriter`` and the verified download targets ``verified_into`` and
+``atomic_download`` (built on ``registry.digests``' ``HashingWriter``).
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..atomic import atomic_write
+from ..digests import HashingWriter, VerifyingReader, pump
 from ..errors import IntegrityError, NotFoundError, UsageError
 from ..refs import validate_digest
 
 __all__ = [
-    "BlobInfo", "Part", "ProgressFn", "BlobStore", "open_blob_store", "unique_parts", "locked_progress",
-    "run_parallel",
-    "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "corrupt_blob_error",
-    "VerifyingReader", "HashingWriter", "PwriteWriter", "atomic_download",
+    "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
+    "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range",
+    "corrupt_blob_error", "PwriteWriter", "verified_into", "atomic_download",
 ]
 
 #: Called with the number of bytes just transferred (S3 may report a negative amount when a
@@ -121,34 +121,15 @@ class BlobStore(Protocol):
         except those of blobs in ``keep``; returns the digests they were for."""
 
 
-def open_blob_store(url: str) -> BlobStore:
-    """Open the store a URL names: ``file:///abs/dir``, a plain directory path, or ``s3://bucket/prefix``.
-
-    >>> open_blob_store("s3://models/team-a").url
-    's3://models/team-a'
-    """
-    if not isinstance(url, str) or not url.strip():
-        raise UsageError("empty blob store URL", hint="use file:///DIR, a directory path or s3://BUCKET/PREFIX")
-    if url.startswith("s3://"):
-        from .s3 import S3BlobStore  # boto3 is imported only when an S3 store is used
-
-        return S3BlobStore(url)
-    if url.startswith("file://"):
-        from .local import LocalBlobStore
-
-        return LocalBlobStore.from_url(url)
-    if "://" not in url:
-        from .local import LocalBlobStore
-
-        return LocalBlobStore(url)
-    raise UsageError(f"unsupported blob store URL {url!r}",
-                     hint="use file:///DIR, a directory path or s3://BUCKET/PREFIX")
+#: Where blobs live under a store's root (a directory, an S3 prefix, the client cache).
+BLOBS_DIR = "blobs/sha256"
 
 
-def blob_relpath(digest: str) -> str:
-    """``blobs/sha256/ab/abcdef...`` for ``sha256:abcdef...``; ``UsageError`` on a malformed digest."""
+def blob_relpath(digest: str, *, under: str = BLOBS_DIR) -> str:
+    """``blobs/sha256/ab/abcdef...`` for ``sha256:abcdef...`` (``under`` replaces the
+    ``blobs/sha256`` part, for files kept beside blobs); ``UsageError`` on a malformed digest."""
     hex_ = validate_digest(digest).split(":", 1)[1]
-    return f"blobs/sha256/{hex_[:2]}/{hex_}"
+    return f"{under}/{hex_[:2]}/{hex_}"
 
 
 def digest_from_relpath(fan: str, name: str) -> str | None:
@@ -177,93 +158,6 @@ def corrupt_blob_error(digest: str, got_hex: str, where: str) -> IntegrityError:
     """The error for stored bytes that no longer hash to their name."""
     return IntegrityError(f"blob {digest} is corrupt in the store: expected {digest}, got sha256:{got_hex}",
                           hint=f"delete it from {where} and push the bundle again")
-
-
-class VerifyingReader:
-    """Reads ``size`` bytes (or to EOF) of a stream, hashing them, and raises ``IntegrityError``
-    from the read that completes the content when it does not hash to ``digest``.
-
-    Because the check fires inside ``read``, a consumer that publishes only after reading
-    everything (a local tmp file renamed at the end, an S3 multipart upload completed at the
-    end) never publishes wrong bytes. It is deliberately not seekable, so consumers read each
-    byte exactly once, in order.
-    """
-
-    def __init__(self, fp: BinaryIO, digest: str, *, size: int | None = None) -> None:
-        self._fp = fp
-        self._digest = digest
-        self._size = size
-        self._h = hashlib.sha256()
-        self.count = 0
-        self._done = False
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` bytes (all remaining when negative); short only at the end of the content."""
-        if self._done:
-            return b""
-        want = None if n is None or n < 0 else n
-        if self._size is not None:
-            left = self._size - self.count
-            want = left if want is None else min(want, left)
-        if want is None:
-            data, eof = self._fp.read(), True
-        else:
-            chunks, got, eof = [], 0, False
-            while got < want:
-                part = self._fp.read(want - got)
-                if not part:
-                    eof = True
-                    break
-                chunks.append(part)
-                got += len(part)
-            data = b"".join(chunks)
-        self._h.update(data)
-        self.count += len(data)
-        if eof or (self._size is not None and self.count >= self._size):
-            self._check()
-        return data
-
-    def _check(self) -> None:
-        self._done = True
-        if self._size is not None and self.count < self._size:
-            raise IntegrityError(f"content for {self._digest} ended after {self.count} of {self._size} bytes")
-        got = self._h.hexdigest()
-        if "sha256:" + got != self._digest:
-            raise IntegrityError(f"content does not match its digest {self._digest}: got sha256:{got}",
-                                 hint="the source changed after it was hashed, or the digest is wrong")
-
-
-class HashingWriter:
-    """Writes through to a file while hashing, and reports itself unseekable so that a
-    concurrent downloader (s3transfer) must deliver the bytes in order."""
-
-    def __init__(self, fp: BinaryIO) -> None:
-        self._fp = fp
-        self._h = hashlib.sha256()
-        self.count = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> int:
-        self._h.update(data)
-        self.count += len(data)
-        return self._fp.write(data)
-
-    def flush(self) -> None:
-        self._fp.flush()
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
 
 
 class PwriteWriter:
@@ -386,10 +280,8 @@ def check_range(path: str | os.PathLike, part: Part) -> None:
     """Hash a range of a local file that is already stored under ``part.digest``: a push of a
     damaged file must fail even when the store needs none of its bytes. ``IntegrityError``."""
     with open_range(path, part.offset, part.size) as (src, n):
-        reader = VerifyingReader(src, part.digest, size=n)
         try:
-            while reader.read(1 << 20):
-                pass
+            pump(VerifyingReader(src, part.digest, size=n))
         except IntegrityError as exc:
             raise IntegrityError(f"{os.fspath(path)}: the bytes at offset {part.offset} do not match "
                                  f"{part.digest} ({exc.message})",

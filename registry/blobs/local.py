@@ -11,7 +11,6 @@ Layout under the root directory::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import tempfile
@@ -20,12 +19,11 @@ import urllib.parse
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
-from ..constants import CHUNK_SIZE
-from ..digests import iter_chunks, sha256_bytes
+from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download, check_range,
-                   blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
-                   open_range, run_parallel, unique_parts, verified_into)
+from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, blob_relpath,
+                   check_range, corrupt_blob_error, digest_from_relpath, locked_progress, open_range,
+                   run_parallel, unique_parts, verified_into)
 
 __all__ = ["LocalBlobStore", "PARALLEL_BLOBS"]
 
@@ -116,10 +114,7 @@ class LocalBlobStore:
             with self.open(part.digest) as src, \
                     verified_into(PwriteWriter(fd, part.offset, part.size, part.digest),
                                   part.digest, self.url) as writer:
-                for chunk in iter_chunks(src):
-                    writer.write(chunk)
-                    if progress is not None:
-                        progress(len(chunk))
+                pump(src, writer.write, progress=progress)
             if writer.count != part.size:
                 raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
                                      hint="the version's manifest does not match the store")
@@ -132,21 +127,22 @@ class LocalBlobStore:
         final = self._path(digest)
         tmp = None
         reading = False
+
+        def write(chunk: bytes) -> None:  # an OSError here is ours; one while reading is the source's
+            nonlocal reading
+            reading = False
+            out.write(chunk)
+            reading = True
+
         try:
             tmpdir = self.root / "tmp"
             tmpdir.mkdir(parents=True, exist_ok=True)
             # named by the full digest, so gc can tell whose upload a leftover belonged to
             fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=digest[7:] + ".", suffix=".tmp")
             with os.fdopen(fd, "wb") as out:
-                while True:
-                    reading = True
-                    chunk = reader.read(CHUNK_SIZE)
-                    reading = False
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    if progress is not None:
-                        progress(len(chunk))
+                reading = True
+                pump(reader, write, progress=progress)
+                reading = False
                 out.flush()
                 os.fsync(out.fileno())
             os.chmod(tmp, 0o444)
@@ -180,12 +176,10 @@ class LocalBlobStore:
             with open(self._path(digest), "rb") as f:
                 if size is not None and os.fstat(f.fileno()).st_size != size:
                     return False
-                hasher = hashlib.sha256()
-                for chunk in iter_chunks(f):
-                    hasher.update(chunk)
+                got, _n = sha256_stream(f)
         except (FileNotFoundError, IsADirectoryError):
             return False
-        return hasher.hexdigest() == digest.split(":", 1)[1]
+        return got == digest.split(":", 1)[1]
 
     def stat(self, digest: str) -> BlobInfo:
         """Size and mtime; ``NotFoundError`` if missing."""
@@ -199,19 +193,13 @@ class LocalBlobStore:
                  progress: ProgressFn | None = None) -> None:
         """Copy the blob to ``dest`` via ``dest.incomplete``, verifying its digest on the way."""
         with self.open(digest) as src, atomic_download(dest, digest, self.url) as out:
-            for chunk in iter_chunks(src):
-                out.write(chunk)
-                if progress is not None:
-                    progress(len(chunk))
+            pump(src, out.write, progress=progress)
 
     def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
                  size: int | None = None) -> None:
         """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
         with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
-            for chunk in iter_chunks(src):
-                writer.write(chunk)
-                if progress is not None:
-                    progress(len(chunk))
+            pump(src, writer.write, progress=progress)
 
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified file; ``NotFoundError`` if missing."""
@@ -238,7 +226,7 @@ class LocalBlobStore:
 
     def list(self) -> Iterator[BlobInfo]:
         """Every stored blob, in digest order; stray files and ``tmp/`` are ignored."""
-        top = self.root / "blobs" / "sha256"
+        top = self.root / BLOBS_DIR
         for fan in _sorted_names(top):
             for name in _sorted_names(top / fan):
                 digest = digest_from_relpath(fan, name)

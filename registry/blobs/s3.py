@@ -39,11 +39,12 @@ from s3transfer.exceptions import RetriesExceededError
 from s3transfer.manager import TransferConfig, TransferManager
 from s3transfer.subscribers import BaseSubscriber
 
-from ..digests import sha256_bytes
+from ..constants import s3_multipart_threshold
+from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BlobInfo, Part, ProgressFn, PwriteWriter, VerifyingReader, atomic_download, check_range,
-                   blob_relpath, corrupt_blob_error, digest_from_relpath, locked_progress,
-                   open_range, run_parallel, unique_parts, verified_into)
+from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, blob_relpath,
+                   check_range, corrupt_blob_error, digest_from_relpath, locked_progress, open_range,
+                   run_parallel, unique_parts, verified_into)
 
 __all__ = ["S3BlobStore"]
 
@@ -53,6 +54,8 @@ _MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
 _MISSING_UPLOAD_CODES = {"NoSuchUpload", "404", "NotFound"}
 _BAD_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch",
                      "XAmzContentSHA256Mismatch"}
+#: What boto3 and s3transfer raise; ``_translated`` turns each into one of our errors.
+_BACKEND_ERRORS = (ClientError, BotoCoreError, RetriesExceededError)
 
 
 class S3BlobStore:
@@ -60,14 +63,19 @@ class S3BlobStore:
 
     The constructor does no IO; the boto3 client is created on first use (or passed in).
     ``multipart_*`` and ``max_concurrency`` tune transfers (tests lower the threshold to
-    exercise the multipart path with small files).
+    exercise the multipart path with small files); the threshold defaults to
+    ``registry.constants.s3_multipart_threshold()`` (64 MiB, or ``PT2REG_S3_MULTIPART_THRESHOLD``).
     """
 
-    def __init__(self, url: str, *, multipart_threshold: int = 64 * MiB,
+    def __init__(self, url: str, *, multipart_threshold: int | None = None,
                  multipart_chunksize: int = 8 * MiB, max_concurrency: int = 4,
                  client=None) -> None:
+        if multipart_threshold is None:
+            multipart_threshold = s3_multipart_threshold()
         self.bucket, self.prefix = _parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        #: the key prefix every blob is under (listings start here)
+        self._top = f"{self.prefix}/{BLOBS_DIR}/" if self.prefix else f"{BLOBS_DIR}/"
         self._client = client
         self._client_lock = threading.Lock()
         self._max_concurrency = max_concurrency
@@ -162,9 +170,7 @@ class S3BlobStore:
                 progress: ProgressFn | None, *, manager: TransferManager | None = None,
                 inflight: "_Inflight | None" = None) -> None:
         key = self._key(digest)
-        # A known size spares s3transfer from buffering a whole threshold's worth of an
-        # unseekable stream just to decide between PutObject and a multipart upload.
-        subscribers = _subscribers(progress) + ([_KnownSize(size)] if size is not None else [])
+        subscribers = _subscribers(progress, size)
         # S3 keeps a SHA-256 of every object, so a later push can tell a stored copy holds these
         # bytes without reading it. One PUT: the digest *is* that checksum, sent for the server
         # to check and keep (no second hash here). Multipart: per-part SHA-256s, which S3 keeps
@@ -173,15 +179,11 @@ class S3BlobStore:
             extra = {"ChecksumSHA256": _b64_digest(digest), "ChecksumAlgorithm": "SHA256"}
         else:
             extra = {"ChecksumAlgorithm": "SHA256"}
-        try:
-            with contextlib.nullcontext(manager) if manager else self._transfer_manager() as tm:
-                future = tm.upload(reader, self.bucket, key, extra_args=extra, subscribers=subscribers)
-                with inflight.track(future) if inflight else contextlib.nullcontext():
-                    future.result()
-        except RegistryError:
-            raise
-        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
-            raise self._error(exc, "upload", digest) from exc
+        with self._translated("upload", digest), \
+                contextlib.nullcontext(manager) if manager else self._transfer_manager() as tm:
+            future = tm.upload(reader, self.bucket, key, extra_args=extra, subscribers=subscribers)
+            with inflight.track(future) if inflight else contextlib.nullcontext():
+                future.result()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -216,12 +218,12 @@ class S3BlobStore:
         """
         key = self._key(digest)
         try:
-            head = self._s3().head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
-        except (ClientError, BotoCoreError) as exc:
-            err = self._error(exc, "stat", digest)
-            if isinstance(err, NotFoundError) and err.what != "bucket":
-                return None
-            raise err from exc
+            with self._translated("stat", digest):
+                head = self._s3().head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        except NotFoundError as err:
+            if err.what == "bucket":
+                raise
+            return None
         if size is not None and head["ContentLength"] != size:
             return None
         checksum = head.get("ChecksumSHA256") or ""
@@ -246,11 +248,8 @@ class S3BlobStore:
         return self._stat(digest, check_bucket=True)
 
     def _stat(self, digest: str, *, check_bucket: bool = False) -> BlobInfo:
-        key = self._key(digest)
-        try:
-            head = self._s3().head_object(Bucket=self.bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, "stat", digest, check_bucket=check_bucket) from exc
+        with self._translated("stat", digest, check_bucket=check_bucket):
+            head = self._s3().head_object(Bucket=self.bucket, Key=self._key(digest))
         return BlobInfo(digest=digest, size=head["ContentLength"],
                         mtime=head["LastModified"].timestamp())
 
@@ -259,16 +258,8 @@ class S3BlobStore:
         """Download to ``dest`` via ``dest.incomplete``, hashing while writing; ``IntegrityError``
         (and no file left behind) when the stored bytes do not match ``digest``."""
         size = self.stat(digest).size
-        key = self._key(digest)
-        try:
-            with atomic_download(dest, digest, self.url) as out, \
-                    self._transfer_manager(download=True) as manager:
-                subscribers = _subscribers(progress) + [_KnownSize(size)]
-                manager.download(self.bucket, key, out, subscribers=subscribers).result()
-        except RegistryError:
-            raise
-        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
-            raise self._error(exc, "download", digest, check_bucket=True) from exc
+        with atomic_download(dest, digest, self.url) as out:
+            self._download(digest, out, size, progress)
 
     def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
                  size: int | None = None) -> None:
@@ -276,16 +267,15 @@ class S3BlobStore:
         ``size`` when the caller knows it (a manifest does) saves a HEAD request."""
         if size is None:
             size = self.stat(digest).size
-        key = self._key(digest)
-        try:
-            with verified_into(out, digest, self.url) as writer, \
-                    self._transfer_manager(download=True) as manager:
-                subscribers = _subscribers(progress) + [_KnownSize(size)]
-                manager.download(self.bucket, key, writer, subscribers=subscribers).result()
-        except RegistryError:
-            raise
-        except (ClientError, BotoCoreError, RetriesExceededError) as exc:
-            raise self._error(exc, "download", digest, check_bucket=True) from exc
+        with verified_into(out, digest, self.url) as writer:
+            self._download(digest, writer, size, progress)
+
+    def _download(self, digest: str, writer: BinaryIO, size: int, progress: ProgressFn | None) -> None:
+        """One object into an unseekable (hashing) writer, parts fetched in parallel, in order."""
+        with self._translated("download", digest, check_bucket=True), \
+                self._transfer_manager(download=True) as manager:
+            manager.download(self.bucket, self._key(digest), writer,
+                             subscribers=_subscribers(progress, size)).result()
 
     def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
                   on_done: Callable[[int], None] | None = None) -> None:
@@ -297,17 +287,12 @@ class S3BlobStore:
         def one(item: tuple[int, Part]) -> None:
             i, part = item
             target = PwriteWriter(fd, part.offset, part.size, part.digest)
-            try:
-                with verified_into(target, part.digest, self.url) as writer:
-                    subscribers = _subscribers(progress) + [_KnownSize(part.size)]
-                    future = manager.download(self.bucket, self._key(part.digest), writer,
-                                              subscribers=subscribers)
-                    with inflight.track(future):
-                        future.result()
-            except RegistryError:
-                raise
-            except (ClientError, BotoCoreError, RetriesExceededError) as exc:
-                raise self._error(exc, "download", part.digest, check_bucket=True) from exc
+            with self._translated("download", part.digest, check_bucket=True), \
+                    verified_into(target, part.digest, self.url) as writer:
+                future = manager.download(self.bucket, self._key(part.digest), writer,
+                                          subscribers=_subscribers(progress, part.size))
+                with inflight.track(future):
+                    future.result()
             if writer.count != part.size:
                 raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
                                      hint="the version's manifest does not match the store")
@@ -327,10 +312,8 @@ class S3BlobStore:
         with contextlib.closing(response["Body"]) as body:
             if response["ContentLength"] > max_size:
                 raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
-            try:
+            with self._translated("read", digest):
                 data = body.read(max_size + 1)
-            except (ClientError, BotoCoreError) as exc:
-                raise self._error(exc, "read", digest) from exc
         if len(data) > max_size:
             raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
         got = sha256_bytes(data)
@@ -339,36 +322,28 @@ class S3BlobStore:
         return data
 
     def _get_object(self, digest: str) -> dict:
-        key = self._key(digest)
-        try:
-            return self._s3().get_object(Bucket=self.bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, "read", digest, check_bucket=True) from exc
+        with self._translated("read", digest, check_bucket=True):
+            return self._s3().get_object(Bucket=self.bucket, Key=self._key(digest))
 
     def delete(self, digest: str) -> None:
         """Remove the blob; a missing blob is fine (a missing bucket is not)."""
-        key = self._key(digest)
         try:
-            self._s3().delete_object(Bucket=self.bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            error = self._error(exc, "delete", digest)
-            if not (isinstance(error, NotFoundError) and error.what == "blob"):
-                raise error from exc
+            with self._translated("delete", digest):
+                self._s3().delete_object(Bucket=self.bucket, Key=self._key(digest))
+        except NotFoundError as err:
+            if err.what != "blob":
+                raise
 
     def list(self) -> Iterator[BlobInfo]:
         """Every stored blob, listed page by page; keys that are not blobs are ignored."""
-        top = f"{self.prefix}/blobs/sha256/" if self.prefix else "blobs/sha256/"
         paginator = self._s3().get_paginator("list_objects_v2")
-        try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+        with self._translated("list", None, check_bucket=True):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._top):
                 for obj in page.get("Contents", ()):
-                    fan, _, name = obj["Key"][len(top):].partition("/")
-                    digest = digest_from_relpath(fan, name)
+                    digest = self._digest_of_key(obj["Key"])
                     if digest is not None:
                         yield BlobInfo(digest=digest, size=obj["Size"],
                                        mtime=obj["LastModified"].timestamp())
-        except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, "list", None, check_bucket=True) from exc
 
     def abort_stale_uploads(self, older_than_seconds: float = 0.0, *,
                             keep: Iterable[str] | Callable[[], Iterable[str]] = (),
@@ -381,15 +356,13 @@ class S3BlobStore:
         ``keep`` may be a callable: it is then called after the listing, so a push that claims
         its blobs before it starts uploading (as ``Registry.push`` does) is always spared.
         """
-        top = f"{self.prefix}/blobs/sha256/" if self.prefix else "blobs/sha256/"
         aborted = []
-        try:
+        with self._translated("cleanup", None, check_bucket=True):
             candidates = []
             paginator = self._s3().get_paginator("list_multipart_uploads")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=top):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._top):
                 for upload in page.get("Uploads", ()):
-                    fan, _, name = upload["Key"][len(top):].partition("/")
-                    digest = digest_from_relpath(fan, name)
+                    digest = self._digest_of_key(upload["Key"])
                     age = time.time() - upload["Initiated"].timestamp()
                     if digest is not None and age >= older_than_seconds:
                         candidates.append((digest, upload["Key"], upload["UploadId"]))
@@ -404,8 +377,6 @@ class S3BlobStore:
                         if exc.response.get("Error", {}).get("Code") not in _MISSING_UPLOAD_CODES:
                             raise
                 aborted.append(digest)
-        except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, "cleanup", None, check_bucket=True) from exc
         return aborted
 
     # -- internals -----------------------------------------------------------------------------
@@ -413,6 +384,21 @@ class S3BlobStore:
     def _key(self, digest: str) -> str:
         relpath = blob_relpath(digest)
         return f"{self.prefix}/{relpath}" if self.prefix else relpath
+
+    def _digest_of_key(self, key: str) -> str | None:
+        """The digest a listed key stands for (None for a key that is not a blob)."""
+        fan, _, name = key[len(self._top):].partition("/")
+        return digest_from_relpath(fan, name)
+
+    @contextlib.contextmanager
+    def _translated(self, action: str, digest: str | None, *, check_bucket: bool = False) -> Iterator[None]:
+        """Around every S3 call: a boto3/s3transfer failure becomes one of our errors, in one
+        line (:meth:`_error`); a ``RegistryError`` (say an ``IntegrityError`` raised by a
+        verifying reader or writer inside the transfer) passes through untouched."""
+        try:
+            yield
+        except _BACKEND_ERRORS as exc:
+            raise self._error(exc, action, digest, check_bucket=check_bucket) from exc
 
     def _s3(self):
         with self._client_lock:
@@ -520,8 +506,11 @@ class _Progress(BaseSubscriber):
             self._progress(bytes_transferred)
 
 
-def _subscribers(progress: ProgressFn | None) -> list[BaseSubscriber]:
-    return [_Progress(progress)] if progress is not None else []
+def _subscribers(progress: ProgressFn | None, size: int | None = None) -> list[BaseSubscriber]:
+    """Progress forwarding, and the transfer's size when known (spares s3transfer a HEAD, or
+    buffering a threshold of an unseekable upload to choose between PutObject and multipart)."""
+    return ([_Progress(progress)] if progress is not None else []) + \
+        ([_KnownSize(size)] if size is not None else [])
 
 
 def _b64_digest(digest: str) -> str:
@@ -543,17 +532,10 @@ def _composite_of_range(path: str | os.PathLike, part: Part, part_size: int) -> 
     with open_range(path, part.offset, part.size) as (src, n):
         reader = VerifyingReader(src, part.digest, size=n)
         while True:
-            hasher, left = hashlib.sha256(), part_size
-            while left:
-                data = reader.read(min(left, 1 << 20))
-                if not data:
-                    break
-                hasher.update(data)
-                left -= len(data)
-            if left == part_size:
-                break
-            digests.append(hasher.digest())
-            if left:
+            got, count = sha256_stream(reader, part_size)
+            if count:
+                digests.append(bytes.fromhex(got))
+            if count < part_size:
                 break
         reader.read(1)  # EOF: the whole range's digest is checked now
     whole = hashlib.sha256(b"".join(digests)).digest()

@@ -41,6 +41,7 @@ def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None)
     from ._core import App
 
     ctx.obj = App(home=home, db=db, store=store)
+    ctx.call_on_close(ctx.obj.close)  # the registry's database connections end with the command
 
 
 for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds):

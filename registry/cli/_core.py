@@ -7,34 +7,43 @@ import os
 import sys
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
 from ..errors import RegistryError, brief
 from .render import clean  # control characters in an error never reach the terminal raw
 
+if TYPE_CHECKING:
+    from ..client import Registry
+    from ..config import Settings
+
 __all__ = ["App", "RegistryGroup", "pass_app", "emit_json", "warn", "info", "transfer_progress",
            "parse_key_values"]
 
 
 class App:
-    """Lazily built API objects for one CLI invocation."""
+    """Lazily built API objects for one CLI invocation; ``close()`` (registered with the click
+    context) releases the registry's database connections when the command ends."""
 
     def __init__(self, home: str | None, db: str | None, store: str | None) -> None:
         self._args = (home, db, store)
 
     @cached_property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         from ..config import Settings
 
         return Settings.resolve(*self._args)
 
     @cached_property
-    def registry(self) -> Any:
+    def registry(self) -> Registry:
         from ..client import Registry
 
         return Registry(self.settings)
+
+    def close(self) -> None:
+        if "registry" in self.__dict__:
+            self.registry.close()
 
 
 pass_app = click.make_pass_decorator(App)

@@ -1,19 +1,22 @@
 """``pt2reg lineage`` and ``pt2reg audit``."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._core import App, emit_json, pass_app
 from .render import clean, console, esc
 
+if TYPE_CHECKING:
+    from ..store.records import AuditEvent, LineageNode, VersionRecord
+
 __all__ = ["lineage", "audit", "lineage_dot"]
 
 _KIND_LABEL = {"dataset": "dataset", "run": "run", "commit": "commit", "code": "code"}
 
 
-def node_json(n: Any) -> dict[str, Any]:
+def node_json(n: LineageNode) -> dict[str, Any]:
     return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
             "depth": n.depth, "aliases": sorted(n.aliases or []),
             "created_by": n.created_by,
@@ -30,7 +33,7 @@ def _quote(text: str) -> str:
     return '"' + escaped + '"'
 
 
-def lineage_dot(nodes: list[Any]) -> str:
+def lineage_dot(nodes: list[LineageNode]) -> str:
     """A Graphviz digraph: versions (boxes), datasets (cylinders), runs and commits; arrows point
     from an input to what was derived from it."""
     by_digest = {n.digest: n for n in nodes}
@@ -60,21 +63,21 @@ def lineage_dot(nodes: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def _print_tree(root: Any, nodes: list[Any], descendants: bool) -> None:
+def _print_tree(root: VersionRecord, nodes: list[LineageNode], descendants: bool) -> None:
     from rich.tree import Tree
 
     by_digest = {n.digest: n for n in nodes}
-    children: dict[str, list[Any]] = {}
+    children: dict[str, list[LineageNode]] = {}
     for n in nodes:
         for parent in n.parents:
             children.setdefault(parent, []).append(n)
 
-    def label(n: Any) -> str:
+    def label(n: LineageNode) -> str:
         extra = f" [{', '.join(sorted(n.aliases))}]" if n.aliases else ""
         status = f" ({esc(n.status)})" if n.status != "active" else ""
         return f"[bold]{esc(n.ref)}[/bold]{esc(extra)}{status} {esc(n.digest[:19])}..."
 
-    def add(tree: Any, n: Any, depth: int, path: set[str]) -> None:
+    def add(tree: Any, n: LineageNode, depth: int, path: set[str]) -> None:
         for e in n.edges:
             if e.kind != "parent":
                 tree.add(esc(f"{_KIND_LABEL[e.kind]}: {e.value}" + (f" {e.digest}" if e.digest else "")
@@ -135,7 +138,7 @@ def lineage(app: App, ref: str | None, descendants: bool, dataset: str | None, a
         _print_tree(root, nodes, descendants)
 
 
-def event_json(e: Any) -> dict[str, Any]:
+def event_json(e: AuditEvent) -> dict[str, Any]:
     return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
             "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
             "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}

@@ -61,7 +61,7 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
     same position (input i, dim d) when its range is the same (printed as a note).
     """
     from ..bundler import DEFAULT_ATOL, DEFAULT_RTOL, ProgramInput, SampleInput, build_bundle
-    from ..client.api import build_info
+    from ..client.provenance import build_info
 
     inputs = [ProgramInput(*_program_arg(p)) for p in programs]
     sample_inputs = []
@@ -92,7 +92,8 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
         emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
                    "notes": list(result.notes),
                    # the warnings group them per source line; here every op, in program order
-                   "baked_devices": {n: p.baked_devices for n, p in result.manifest.programs.items()},
+                   "baked_devices": {n: [b.to_json() for b in p.baked_devices]
+                                     for n, p in result.manifest.programs.items()},
                    "size": result.path.stat().st_size})
         return
     for w in result.warnings:
@@ -112,14 +113,14 @@ def inspect(app: App, target: str, as_json: bool) -> None:
     A local bundle file is verified member by member (exit 5 on any mismatch); a REF is read
     from the registry's metadata without downloading blobs.
     """
-    from .views import inspect_target
+    from .views import bundle_view, inspect_source
     from .render import print_bundle
 
-    view = inspect_target(target, lambda: app.registry)
+    manifest, extra = inspect_source(target, lambda: app.registry)
     if as_json:
-        emit_json(view)
+        emit_json(bundle_view(manifest, **extra))
     else:
-        print_bundle(view)
+        print_bundle(manifest, extra.get("ref") or extra.get("path"))
 
 
 COMMANDS = [bundle, inspect]

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Sequence
+
+from ..format.manifest import AotiTarget, Manifest, Size
 
 __all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean"]
 
@@ -49,84 +51,78 @@ def format_size(n: int | None) -> str:
     return f"{n} B"
 
 
-def format_dim(d: Any) -> str:
+def format_dim(d: Size) -> str:
     if isinstance(d, int):
         return str(d)
-    label = d.get("dim") or d.get("expr")
-    hi = "∞" if d.get("max") is None else str(d["max"])
-    return f"{label}:{d['min']}..{hi}"
+    return f"{d.label}:{d.min}..{'∞' if d.max is None else d.max}"
 
 
-def format_shape(shape: Any) -> str:
+def format_shape(shape: Sequence[Size] | None) -> str:
     if shape is None:
         return "-"
     return "[" + ", ".join(format_dim(d) for d in shape) + "]"
 
 
-def print_bundle(view: Mapping[str, Any]) -> None:
+def print_bundle(manifest: Manifest, label: str | None) -> None:
     """Programs, signatures with ranges, ops, devices, samples and warnings at a glance."""
     from rich.table import Table
 
+    from ..runtime.inputs import baked_arguments
+
     out = console()
-    title = f"[bold]{esc(view.get('ref') or view.get('path'))}[/bold]  {esc(view['digest'])}"
-    out.print(title)
-    out.print(f"format {esc(view['format'])}, {len(view['programs'])} program(s), "
-              f"{len(view['members'])} member(s), {format_size(view['size'])}")
-    for name, prog in view["programs"].items():
-        variants = esc(", ".join(str(v["id"]) for v in prog["variants"]))
-        ser = prog["serialization"]
+    out.print(f"[bold]{esc(label)}[/bold]  {esc(manifest.digest)}")
+    out.print(f"format {esc(manifest.format)}, {len(manifest.programs)} program(s), "
+              f"{len(manifest.members)} member(s), {format_size(manifest.total_size)}")
+    for name, prog in manifest.programs.items():
+        variants = esc(", ".join(v.id for v in prog.variants))
+        ser = prog.serialization
         out.print(f"\n[bold]program {esc(name)}[/bold]  variants: {variants}  "
-                  f"(torch {esc(ser['torch_version'])}, serde {esc(ser['schema_version'][0])}."
-                  f"{esc(ser['schema_version'][1])})")
+                  f"(torch {esc(ser.torch_version)}, serde {esc(ser.schema_version[0])}."
+                  f"{esc(ser.schema_version[1])})")
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "name", "where", "dtype", "shape"):
             table.add_column(col)
-        for i in prog["inputs"]:
-            table.add_row("in", esc(i["name"]), esc(i.get("path", "")), esc(i["dtype"]), esc(format_shape(i["shape"])))
-        if prog.get("constant_inputs"):  # baked in at export: a call passes the same value or none
-            from ..runtime.samples import baked_arguments
-
-            for a in baked_arguments(dict(prog)):
-                table.add_row("const", esc(a["name"]), esc(a["path"]),
-                              esc("none" if a["value"] is None else type(a["value"]).__name__),
-                              esc(f"= {a['value']!r}"))
-        for o in prog["outputs"]:
-            table.add_row("out", esc(o["name"]), esc(o.get("path", "")), esc(o["dtype"]), esc(format_shape(o["shape"])))
+        for i in prog.inputs:
+            table.add_row("in", esc(i.name), esc(i.path or ""), esc(i.dtype), esc(format_shape(i.shape)))
+        # baked in at export: a call passes the same value or none
+        for a in baked_arguments(prog):
+            table.add_row("const", esc(a.name), esc(a.path), esc("none" if a.value is None else type(a.value).__name__),
+                          esc(f"= {a.value!r}"))
+        for o in prog.outputs:
+            table.add_row("out", esc(o.name), esc(o.path or ""), esc(o.dtype), esc(format_shape(o.shape)))
         out.print(table)
-        derived = [c for c in prog["range_constraints"] if "+" in c["expr"] or "*" in c["expr"]]
+        derived = [c for c in prog.range_constraints if "+" in c.expr or "*" in c.expr]
         if derived:
-            out.print("  derived dims: " + esc(", ".join(
-                f"{c.get('dim') or c['expr']}:{c['min']}..{'∞' if c['max'] is None else c['max']}" for c in derived)))
-        if prog["required_ops"]:
+            out.print("  derived dims: " + esc(", ".join(format_dim(c) for c in derived)))
+        if prog.required_ops:
             out.print("  required ops: " + clean(", ".join(
-                f"{op['name']}.{op['overload']}" + (f" [{op['schema']}]" if op.get("schema") else " (schema unknown)")
-                for op in prog["required_ops"])), markup=False)
-        if prog.get("pytree_classes"):  # library output classes (transformers ModelOutput ...)
+                f"{op.name}.{op.overload}" + (f" [{op.schema}]" if op.schema else " (schema unknown)")
+                for op in prog.required_ops)), markup=False)
+        if prog.pytree_classes:  # library output classes (transformers ModelOutput ...)
             out.print("  pytree classes: " + clean(", ".join(
-                f"{c['type']} ({', '.join(c['fields'])})" if c.get("fields") is not None
-                else f"{c['type']} (fields unknown: needs --import {c['type'].rsplit('.', 1)[0]})"
-                for c in prog["pytree_classes"])), markup=False)
-        if prog["torchbind_classes"]:
-            out.print("  torchbind classes: " + esc(", ".join(map(str, prog["torchbind_classes"]))))
-        for v in prog["variants"]:
-            if v["kind"] == "aoti":
-                t = v.get("target") or {}
-                out.print(esc(f"  AOTInductor {v['id']}: device {t.get('device_key')}, "
-                              f"sm {t.get('compute_capability') or '-'}, {t.get('platform') or '-'} "
-                              f"{t.get('machine') or ''} {t.get('cpu_isa') or ''}".rstrip()))
-    if view["samples"]:
+                f"{c.type} ({', '.join(c.fields)})" if c.fields is not None
+                else f"{c.type} (fields unknown: needs --import {c.type.rsplit('.', 1)[0]})"
+                for c in prog.pytree_classes)), markup=False)
+        if prog.torchbind_classes:
+            out.print("  torchbind classes: " + esc(", ".join(prog.torchbind_classes)))
+        for v in prog.variants:
+            if v.kind == "aoti":
+                t = v.target or AotiTarget()
+                out.print(esc(f"  AOTInductor {v.id}: device {t.device_key}, "
+                              f"sm {t.compute_capability or '-'}, {t.platform or '-'} "
+                              f"{t.machine or ''} {t.cpu_isa or ''}".rstrip()))
+    if manifest.samples:
         out.print("\n[bold]samples[/bold]: " + esc(", ".join(
-            f"{s['name']} ({s['program']}, rtol {s['rtol']:g}, atol {s['atol']:g})" for s in view["samples"])))
-    req = view["requirements"]
+            f"{s.name} ({s.program}, rtol {s.rtol:g}, atol {s.atol:g})" for s in manifest.samples)))
+    req = manifest.requirements
     out.print("\n[bold]requirements[/bold]: " + esc(
-        f"torch {req.get('torch') or 'any'}; devices "
-        f"{', '.join(req.get('device_types') or ['any'])}; hardware dtypes "
-        f"{', '.join(req.get('hardware_dtypes') or []) or 'none'}"))
-    if view["metadata"]:
-        out.print("[bold]metadata[/bold]: " + esc(", ".join(f"{k}={v}" for k, v in sorted(view["metadata"].items()))))
-    env = view["environment"]
+        f"torch {req.torch or 'any'}; devices "
+        f"{', '.join(req.device_types or ['any'])}; hardware dtypes "
+        f"{', '.join(req.hardware_dtypes) or 'none'}"))
+    if manifest.metadata:
+        out.print("[bold]metadata[/bold]: " + esc(", ".join(f"{k}={v}" for k, v in sorted(manifest.metadata.items()))))
+    env = manifest.environment
     out.print("[bold]built with[/bold]: " + esc(
-        f"python {env.get('python')}, torch {env.get('torch')}, "
-        f"{env.get('platform')}" + (f", CUDA {env['cuda']}" if env.get("cuda") else "")))
-    for w in view.get("warnings", []):
+        f"python {env.python}, torch {env.torch}, {env.platform}" + (f", CUDA {env.cuda}" if env.cuda else "")))
+    for w in manifest.warnings():
         out.print(f"[yellow]warning[/yellow]: {esc(w)}")

@@ -7,14 +7,18 @@ outside tolerance (the bundle loaded and ran, but its numbers differ on this tar
 """
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._core import App, emit_json, pass_app, warn
 from .render import clean, esc
+
+if TYPE_CHECKING:
+    from ..runtime.compat import CompatReport
+    from ..runtime.target import Target
+    from ..sources import MaterializedBundle
 
 __all__ = ["target", "verify", "run"]
 
@@ -33,36 +37,21 @@ def _console() -> Any:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
-def _materialize(app: App, source: str) -> Any:
-    """The bundle as verified files, with the trust policy enforced (exit 5 before any load)."""
-    from ..errors import NotFoundError
-    from .views import looks_like_file
-    from ..sources import materialize_file
+def _open(app: App, source: str, pubkeys: tuple[str, ...]) -> MaterializedBundle:
+    """The bundle file or ref as verified files, the trust policy and ``--require-signature``
+    keys enforced (exit 5 before anything is loaded)."""
+    from ..sources import open_source
 
-    if looks_like_file(source):
-        from ..client.trust import establish_trust, load_policy
-
-        if not os.path.exists(source):
-            raise NotFoundError(f"{source}: no such file", what="file", name=source)
-        policy = load_policy(app.settings.home)
-        return establish_trust(materialize_file(source, app.settings.cache_dir), policy, is_file=True)
-    return app.registry.materialize(source)
+    return open_source(source, registry=app.registry, require_signature=pubkeys)
 
 
-def _require_signature(src: Any, pubkeys: tuple[str, ...]) -> Any:
-    """``src`` with the ``--require-signature`` keys checked (exit 5) and counted as trusted."""
-    from ..client.trust import establish_trust
-
-    return establish_trust(src, None, require_signature=pubkeys)
-
-
-def _native_notes(report: Any) -> list[dict[str, Any]]:
+def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
     """The ``native-code`` findings: which AOTInductor variant was skipped or allowed, and why."""
     return [f.to_json() for f in report.findings if f.code == "native-code"]
 
 
-def _target_for(src: Any, device: str | None, target_file: str | None, imports: tuple[str, ...],
-                libraries: tuple[str, ...]) -> Any:
+def _target_for(src: MaterializedBundle, device: str | None, target_file: str | None, imports: tuple[str, ...],
+                libraries: tuple[str, ...]) -> Target:
     from ..runtime.loader import needs_cpu_isa
     from ..runtime.target import Target
     from ..runtime.probe import probe
@@ -76,7 +65,7 @@ def _target_for(src: Any, device: str | None, target_file: str | None, imports: 
     return probe(device, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
 
 
-def _target_line(t: Any) -> str:
+def _target_line(t: Target) -> str:
     cc = f" sm_{t.compute_capability[0]}{t.compute_capability[1]}" if t.compute_capability else ""
     where = " ".join(p for p in (t.platform, t.machine, t.cpu_isa) if p)
     gpu = f", CUDA {t.cuda_version}" if t.cuda_version else (f", ROCm {t.rocm_version}" if t.rocm_version else "")
@@ -84,7 +73,7 @@ def _target_line(t: Any) -> str:
             f"{t.device_type}{cc}{', ' + where if where else ''}, {_ops_line(t)}")
 
 
-def _ops_line(t: Any) -> str:
+def _ops_line(t: Target) -> str:
     """``12 user ops (mylib, other), 355 torch ops``: torch's own namespaces apart from the user's."""
     spaces = t.op_namespaces()
     user, own = sum(spaces["user"].values()), sum(spaces["torch"].values())
@@ -163,11 +152,9 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
     a `native-code` finding says which was skipped. Exit 0 when compatible, 4 when not, 5 for
     pickled members, a missing trusted signature, or a program with only native variants.
     """
-    from ..errors import IncompatibleError, UnsafeArchiveError
     from ..runtime.loader import verify_bundle
 
-    src = _materialize(app, source)
-    src = _require_signature(src, pubkeys)
+    src = _open(app, source, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
     report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native)
     if as_json:
@@ -175,16 +162,10 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
                    "target": t.summary()})
     else:
         _print_report(src, t, device or t.device_type, report)
-    if not report.compatible:
-        errors = report.errors
-        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        unsafe = next((f for f in errors if f.code in ("pickle", "native-code")), None)
-        if unsafe is not None:
-            raise UnsafeArchiveError(f"refused: {unsafe.message}{more}", hint=unsafe.fix)
-        raise IncompatibleError(f"not compatible: {errors[0].message}{more}", findings=list(report.findings))
+    report.raise_for_status()  # exit 5 for pickled members or native-only programs, else 4
 
 
-def _print_report(src: Any, t: Any, device: str, report: Any) -> None:
+def _print_report(src: MaterializedBundle, t: Target, device: str, report: CompatReport) -> None:
     from rich.table import Table
 
     out = _console()
@@ -259,8 +240,7 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
         raise UsageError("nothing to run", hint="pass --inputs FILE.pt or --samples")
     if output_file and not inputs_file:
         raise UsageError("--output needs --inputs")
-    src = _materialize(app, source)
-    src = _require_signature(src, pubkeys)
+    src = _open(app, source, pubkeys)
     names = list(src.manifest.programs)
     if program is not None and program not in names:
         raise UsageError(f"bundle has no program {program!r}; programs: {', '.join(names)}")
@@ -310,7 +290,7 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
                             + (bad[0].error or "outputs outside tolerance"))
 
 
-def _precheck_samples(src: Any, program: str | None, as_json: bool) -> None:
+def _precheck_samples(src: MaterializedBundle, program: str | None, as_json: bool) -> None:
     """Golden samples whose inputs the manifest already refuses: reported (exit 1) before any
     program is loaded, as ``run --samples`` would after loading it."""
     from ..errors import InputValidationError, RegistryError

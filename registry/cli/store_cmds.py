@@ -1,17 +1,20 @@
 """Registry commands: push, pull, list, show, alias, deprecate, yank, gc, db."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size
 
+if TYPE_CHECKING:
+    from ..store.records import VersionRecord
+
 __all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db"]
 
 
-def version_json(v: Any) -> dict[str, Any]:
+def version_json(v: VersionRecord) -> dict[str, Any]:
     return {
         "name": v.name, "version": v.number, "digest": v.digest, "size": v.size,
         "status": v.status, "status_reason": v.status_reason,
@@ -44,13 +47,11 @@ def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tu
     """
     import os
 
-    from ..client.provenance import publish
-
     size = os.path.getsize(bundle) if os.path.exists(bundle) else 0
     with transfer_progress(size, f"push {name}", enabled=not as_json) as progress:
-        result = publish(app.registry, bundle, name, aliases=aliases, parents=parents, datasets=datasets,
-                         run_id=run_id, git_commit=git_commit, code_uri=code_uri, sign_key=sign_key,
-                         progress=progress)
+        result = app.registry.push(bundle, name, aliases=aliases, parents=parents, datasets=datasets,
+                                   run_id=run_id, git_commit=git_commit, code_uri=code_uri,
+                                   sign_key=sign_key, progress=progress)
     v = result.version
     if as_json:
         emit_json({**version_json(v), "created": result.created, "uploaded_bytes": result.uploaded_bytes,
@@ -75,9 +76,9 @@ def pull(app: App, ref: str, out: str, pubkeys: tuple[str, ...], as_json: bool) 
     Every blob is verified against its sha256; cached blobs are reused.
     """
     reg = app.registry
-    version = reg.resolve(ref)
-    with transfer_progress(version.size, f"pull {version.name}@{version.number}", enabled=not as_json) as progress:
-        result = reg.pull(ref, out, progress=progress, require_signature=pubkeys)
+    where = reg.locate(ref)  # resolved once, here: the progress bar needs the size first
+    with transfer_progress(where.size, f"pull {where.label}", enabled=not as_json) as progress:
+        result = reg.pull(where, out, progress=progress, require_signature=pubkeys)
     if as_json:
         emit_json({**version_json(result.version), "path": str(result.path), "warnings": list(result.warnings)})
         return

@@ -1,24 +1,35 @@
-"""Publishing with provenance: lineage edges, the publisher's environment and signatures.
+"""Where a version comes from: lineage edges, the publisher's environment, git state, build info.
 
-    >>> publish(Registry(), "m.pt2b", "team/bert", parents=["team/base@3"],
-    ...         datasets=["s3://data/wiki@sha256:ab..."], run_id="run-42")    # doctest: +SKIP
+``Registry.push`` records these with the version (one push API; see ``registry.client.push``):
+
+    >>> reg.push("m.pt2b", "team/bert", parents=["team/base@3"],
+    ...          datasets=["s3://data/wiki@sha256:ab..."], run_id="run-42")    # doctest: +SKIP
 """
 from __future__ import annotations
 
-import os
 import platform
 import re
 import subprocess
 import sys
+from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-from ..format.bundle import BundleFile
+from ..config import actor, hostname
 from ..errors import NotFoundError, UsageError
 from ..refs import DIGEST_RE
+from ..store.records import LineageEdge, VersionRecord
 
-__all__ = ["publish", "lineage_edges", "parse_dataset", "git_state", "publisher_environment"]
+__all__ = ["lineage_edges", "parse_dataset", "git_state", "publisher_environment", "build_info"]
 
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
+
+def build_info() -> dict[str, Any]:
+    """Who/when/where a bundle was built: informational, outside the bundle's identity."""
+    from ..constants import VERSION
+
+    return {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_by": actor(), "host": hostname(), "tool": f"pt2-registry {VERSION}"}
 
 
 def parse_dataset(text: str) -> tuple[str, str | None]:
@@ -64,49 +75,34 @@ def publisher_environment() -> dict[str, Any]:
             "platform": f"{sys.platform}-{platform.machine()}"}
 
 
-def lineage_edges(registry: Any, *, parents: Sequence[str] = (), datasets: Sequence[str] = (),
-                  run_id: str | None = None, git_commit: str | None = None,
-                  code_uri: str | None = None, detect_git: bool = True) -> list[dict[str, Any]]:
-    edges: list[dict[str, Any]] = []
+def lineage_edges(resolve: Callable[[str], VersionRecord], *, parents: Sequence[str] = (),
+                  datasets: Sequence[str] = (), run_id: str | None = None, git_commit: str | None = None,
+                  code_uri: str | None = None, detect_git: bool = True) -> list[LineageEdge]:
+    """The lineage facts of a push; each parent ref is resolved (by ``resolve``) to the version
+    it names now, so the edge pins its number and digest."""
+    edges: list[LineageEdge] = []
     for ref in parents:
         try:
-            v = registry.resolve(ref)
+            v = resolve(ref)
         except NotFoundError as exc:  # say which option named it: push has many refs in play
             raise NotFoundError(f"parent {ref}: {exc.message}", what=exc.what, name=exc.name,
                                 hint=exc.hint) from exc
         except UsageError as exc:
             raise UsageError(f"invalid --parent {ref!r}: {exc.message}", hint=exc.hint) from exc
-        edges.append({"kind": "parent", "value": f"{v.name}@{v.number}", "digest": v.digest})
+        edges.append(LineageEdge("parent", f"{v.name}@{v.number}", v.digest))
     for d in datasets:
         uri, digest = parse_dataset(d)
-        edges.append({"kind": "dataset", "value": uri, "digest": digest})
+        edges.append(LineageEdge("dataset", uri, digest))
     if run_id:
-        edges.append({"kind": "run", "value": run_id})
+        edges.append(LineageEdge("run", run_id))
     if git_commit:
         if not _SHA.match(git_commit):
             raise UsageError(f"invalid git commit {git_commit!r}", hint="expected a hex commit id")
-        edges.append({"kind": "commit", "value": git_commit.lower()})
+        edges.append(LineageEdge("commit", git_commit.lower()))
     elif detect_git:
         state = git_state()
         if state:
-            edges.append({"kind": "commit", "value": state[0], "extra": {"dirty": state[1], "detected": True}})
+            edges.append(LineageEdge("commit", state[0], extra={"dirty": state[1], "detected": True}))
     if code_uri:
-        edges.append({"kind": "code", "value": code_uri})
+        edges.append(LineageEdge("code", code_uri))
     return edges
-
-
-def publish(registry: Any, bundle_path: str | os.PathLike, name: str, *, aliases: Sequence[str] = (),
-            parents: Sequence[str] = (), datasets: Sequence[str] = (), run_id: str | None = None,
-            git_commit: str | None = None, code_uri: str | None = None,
-            sign_key: str | os.PathLike | None = None, detect_git: bool = True,
-            progress: Callable[[int], None] | None = None) -> Any:
-    """Push a bundle with its lineage, environment and (optionally) a signature."""
-    edges = lineage_edges(registry, parents=parents, datasets=datasets, run_id=run_id,
-                          git_commit=git_commit, code_uri=code_uri, detect_git=detect_git)
-    signatures = []
-    if sign_key:
-        from ..format.signing import sign_digest
-
-        signatures.append(sign_digest(sign_key, BundleFile.open(bundle_path).digest))
-    return registry.push(bundle_path, name, aliases=aliases, lineage=edges, signatures=signatures,
-                         environment=publisher_environment(), progress=progress)

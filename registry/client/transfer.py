@@ -17,18 +17,21 @@ the transfers instead of adding to them.
 """
 from __future__ import annotations
 
+import io
 import os
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..atomic import atomic_write
-from ..blobs.base import Part, ProgressFn
+from ..blobs.base import BlobStore, Part, ProgressFn
+from ..digests import PreadReader, pump
 from ..errors import IntegrityError
+from ..format.bundle import BundleFile
+from ..format.manifest import Manifest, Member
+from ..sources import BlobCache
 
-__all__ = ["RangeHasher", "bundle_parts", "upload_bundle", "assemble_member"]
-
-_READ = 1024 * 1024
+__all__ = ["RangeHasher", "bundle_parts", "upload_bundle", "assemble_member", "fetch_members"]
 
 
 class RangeHasher:
@@ -79,26 +82,20 @@ class RangeHasher:
             return not self._cancelled
 
     def _run(self) -> None:
-        buf = bytearray(_READ)
-        view = memoryview(buf)
         try:
             for i, (offset, size) in enumerate(self._ranges):
                 if not self._wait_for(i):
                     return
-                end = offset + size
-                while offset < end:
-                    n = os.preadv(self._fd, [view[:min(_READ, end - offset)]], offset)
-                    if n <= 0:
-                        raise OSError(f"file ended at byte {offset}, {end - offset} bytes early")
-                    self._h.update(view[:n])
-                    offset += n
+                n = pump(PreadReader(self._fd, offset), self._h.update, size=size)
+                if n < size:
+                    raise OSError(f"file ended at byte {offset + n}, {size - n} bytes early")
                 if self._cancelled:
                     return
         except BaseException as exc:  # reported by hexdigest()
             self._error = exc
 
 
-def bundle_parts(bundle: Any) -> list[Part]:
+def bundle_parts(bundle: BundleFile) -> list[Part]:
     """Every blob a bundle is stored as, where it sits in the bundle file: one per chunk of a
     chunked member, one per other member."""
     parts = []
@@ -113,7 +110,7 @@ def bundle_parts(bundle: Any) -> list[Part]:
     return parts
 
 
-def upload_bundle(bundle: Any, blobs: Any, progress: ProgressFn | None) -> tuple[int, int]:
+def upload_bundle(bundle: BundleFile, blobs: BlobStore, progress: ProgressFn | None) -> tuple[int, int]:
     """Store every blob of an opened bundle file (several at once); returns (bytes uploaded,
     bytes already stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest
     or a chunked member's chunks do not make up the member its manifest describes."""
@@ -144,7 +141,7 @@ def upload_bundle(bundle: Any, blobs: Any, progress: ProgressFn | None) -> tuple
         os.close(fd)
 
 
-def assemble_member(member: Any, blobs: Any, dest: str | os.PathLike,
+def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
                     progress: ProgressFn | None) -> None:
     """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs, fetched several
     at once into their places, each verified, then the whole member checked against its
@@ -167,3 +164,26 @@ def assemble_member(member: Any, blobs: Any, dest: str | os.PathLike,
             raise IntegrityError(f"member {member.path!r} rebuilt from its chunks does not match its "
                                  f"sha256 (got {got[:12]}...)", member=member.path,
                                  hint="the version's manifest is inconsistent; nothing was cached")
+
+
+def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None
+                  ) -> dict[str, Path]:
+    """Every member of ``manifest`` as a verified file in ``cache`` (fetched from ``blobs``
+    unless already cached intact), and the manifest itself cached; ``{member path: file}``."""
+    files = {}
+    for m in manifest.members:
+        path = cache.path(m.digest)
+        if not cache.usable(m.digest):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if m.chunks:
+                assemble_member(m, blobs, path, progress)
+            else:
+                blobs.get_file(m.digest, path, progress=progress)
+            os.chmod(path, 0o444)
+            cache.stamp(m.digest)
+        elif progress:
+            progress(m.size)
+        files[m.path] = path
+    if not cache.has(manifest.digest):
+        cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
+    return files

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import SignatureError, UsageError
+from ..sources import MaterializedBundle
 
 __all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust"]
 
@@ -227,8 +228,8 @@ def load_policy(home: str | os.PathLike, env: Mapping[str, str] | None = None) -
     return parse_policy(text, path.resolve())
 
 
-def establish_trust(src: Any, policy: TrustPolicy | None = None, *, require_signature: Iterable[str] = (),
-                    is_file: bool = False) -> Any:
+def establish_trust(src: MaterializedBundle, policy: TrustPolicy | None = None, *,
+                    require_signature: Iterable[str] = (), is_file: bool = False) -> MaterializedBundle:
     """Enforce ``policy`` and ``require_signature`` on a MaterializedBundle, before anything is
     deserialized; return it with ``trusted_signers`` set (SignatureError, exit 5, otherwise).
 

@@ -3,7 +3,7 @@
 Layout (a zip; every member stored uncompressed, data 64-byte aligned, fixed timestamps)::
 
     manifest.json            canonical JSON; sha256 of these bytes is the bundle digest
-    <member paths>           every file listed in manifest["members"], in that (sorted) order
+    <member paths>           every file the manifest lists (``Manifest.members``), in that (sorted) order
     build.json               optional, informational: when/who/where it was built (not signed)
     signatures.json          optional: Ed25519 signatures over the digest
 
@@ -13,17 +13,16 @@ validated against the schema, every member must be listed with the right size, a
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable
 
 from .chunking import hash_chunks
-from ..constants import (BUILD_MEMBER, CHUNK_SIZE, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
+from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
-from ..digests import canonical_json
+from ..digests import VerifyingReader, canonical_json, sha256_stream
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
 from ..atomic import USER_FILE, atomic_write
 from .manifest import Manifest, Member
@@ -52,7 +51,7 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
             if member.path not in sources:
                 raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
             with sources[member.path]() as src:
-                writer.write_stream(member.path, _Verifying(src, member, progress), member.size)
+                writer.write_stream(member.path, _verifying(src, member, progress), member.size)
         if build:
             writer.write_bytes(BUILD_MEMBER, canonical_json(build))
         if signatures:
@@ -60,24 +59,10 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str,
     return Path(dest)
 
 
-class _Verifying:
-    """Read-through hashing; raises at EOF when the bytes are not the manifest's."""
-
-    def __init__(self, src: IO[bytes], member: Member, progress: Callable[[int], None] | None):
-        self._src, self._member, self._progress = src, member, progress
-        self._h = hashlib.sha256()
-        self._n = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._src.read(n)
-        self._h.update(data)
-        self._n += len(data)
-        if self._progress and data:
-            self._progress(len(data))
-        if self._n == self._member.size and self._h.hexdigest() != self._member.sha256:
-            raise IntegrityError(f"member {self._member.path!r} does not match its sha256 in the manifest",
-                                 member=self._member.path)
-        return data
+def _verifying(src: IO[bytes], member: Member, progress: Callable[[int], None] | None) -> VerifyingReader:
+    """Read-through hashing; raises at the member's end when the bytes are not the manifest's."""
+    return VerifyingReader(src, member.digest, size=member.size, progress=progress, mismatch=lambda _got: IntegrityError(
+        f"member {member.path!r} does not match its sha256 in the manifest", member=member.path))
 
 
 @dataclass(frozen=True)
@@ -135,10 +120,10 @@ class BundleFile:
         return self.manifest.digest
 
     def member(self, path: str) -> Member:
-        for m in self.manifest.members:
-            if m.path == path:
-                return m
-        raise IntegrityError(f"{self.path}: no member {path!r}", member=path)
+        member = self.manifest.member(path)
+        if member is None:
+            raise IntegrityError(f"{self.path}: no member {path!r}", member=path)
+        return member
 
     def open_member(self, path: str) -> IO[bytes]:
         """Raw stream of a member's stored bytes (unverified)."""
@@ -148,14 +133,6 @@ class BundleFile:
         """(offset, size) of a member's bytes inside the bundle file, for ranged copies."""
         e = self.entries[path]
         return e.data_offset, e.size
-
-    def iter_member_chunks(self, path: str) -> Iterator[bytes]:
-        with self.open_member(path) as fp:
-            while True:
-                data = fp.read(CHUNK_SIZE)
-                if not data:
-                    return
-                yield data
 
     def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
         """Check a member's sha256 (and its chunks' when it has them) in one streamed pass."""
@@ -178,14 +155,11 @@ class BundleFile:
                     f"manifest says {member.sha256[:12]}...)", member=member.path,
                     hint="the file was modified or damaged in transit; fetch it again")
             return
-        h = hashlib.sha256()
-        for chunk in self.iter_member_chunks(member.path):
-            h.update(chunk)
-            if progress:
-                progress(len(chunk))
-        if h.hexdigest() != member.sha256:
+        with self.open_member(member.path) as fp:
+            got, _n = sha256_stream(fp, progress=progress)
+        if got != member.sha256:
             raise IntegrityError(
-                f"{self.path}: member {member.path!r} is corrupt (sha256 {h.hexdigest()[:12]}..., "
+                f"{self.path}: member {member.path!r} is corrupt (sha256 {got[:12]}..., "
                 f"manifest says {member.sha256[:12]}...)", member=member.path,
                 hint="the file was modified or damaged in transit; fetch it again")
 
@@ -197,12 +171,8 @@ class BundleFile:
     def extract_member(self, path: str, dest: str | os.PathLike) -> Path:
         """Copy one member to ``dest`` atomically, verifying its sha256 on the way."""
         member = self.member(path)
-        with atomic_write(dest) as out:
-            h = hashlib.sha256()
-            for chunk in self.iter_member_chunks(path):
-                h.update(chunk)
-                out.write(chunk)
-            if h.hexdigest() != member.sha256:
+        with atomic_write(dest) as out, self.open_member(path) as fp:
+            if sha256_stream(fp, out=out)[0] != member.sha256:
                 raise IntegrityError(f"{self.path}: member {path!r} is corrupt", member=path)
         return Path(dest)
 

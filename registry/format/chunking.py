@@ -16,7 +16,7 @@ import hashlib
 import os
 from typing import Iterable
 
-from ..constants import CHUNK_SIZE
+from ..digests import pump
 
 __all__ = ["MIN_CHUNK", "MIN_MEMBER", "plan_chunks", "hash_chunks"]
 
@@ -52,13 +52,7 @@ def hash_chunks(path: str | os.PathLike, chunks: list[tuple[int, int]], *, offse
         f.seek(offset + (chunks[0][0] if chunks else 0))
         for _start, length in chunks:
             h = hashlib.sha256()
-            left = length
-            while left:
-                data = f.read(min(CHUNK_SIZE, left))
-                if not data:
-                    raise OSError(f"{path} ended early while hashing chunks")
-                h.update(data)
-                whole.update(data)
-                left -= len(data)
+            if pump(f, h.update, whole.update, size=length) != length:
+                raise OSError(f"{path} ended early while hashing chunks")
             out.append((h.hexdigest(), length))
     return whole.hexdigest(), out

@@ -24,9 +24,11 @@ which inputs a program accepts.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, MutableMapping
+from dataclasses import replace
+from typing import Mapping, MutableMapping
 
 from ..errors import UsageError
+from .manifest import Dim, ProgramSpec, TensorSpec
 
 __all__ = ["parse_dim_option", "name_dims"]
 
@@ -48,46 +50,44 @@ def parse_dim_option(text: str) -> tuple[str | None, str, str]:
     return (program or None), symbol, name
 
 
-def _symbols(desc: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]:
+def _symbols(desc: ProgramSpec) -> dict[str, tuple[int, int | None]]:
     """The program's plain symbols (``s31``) with their ranges."""
-    return {c["expr"]: (c["min"], c["max"]) for c in desc.get("range_constraints") or []
-            if _TOKEN.fullmatch(str(c.get("expr", "")))}
+    return {c.expr: (c.min, c.max) for c in desc.range_constraints if _TOKEN.fullmatch(c.expr)}
 
 
-def _known(desc: Mapping[str, Any]) -> dict[str, str]:
+def _known(desc: ProgramSpec) -> dict[str, str]:
     """Names the program already has (live ExportedPrograms bundled with their dynamic_shapes)."""
-    return {c["expr"]: c["dim"] for c in desc.get("range_constraints") or []
-            if c.get("dim") and _TOKEN.fullmatch(str(c.get("expr", "")))}
+    return {c.expr: c.dim for c in desc.range_constraints if c.dim and _TOKEN.fullmatch(c.expr)}
 
 
-def _input_symbol(desc: Mapping[str, Any], i: int, d: int) -> str | None:
-    inputs = desc.get("inputs") or []
-    if i >= len(inputs):
+def _input_symbol(desc: ProgramSpec, i: int, d: int) -> str | None:
+    if i >= len(desc.inputs):
         return None
-    shape = inputs[i].get("shape") or []
-    if d >= len(shape) or not isinstance(shape[d], dict):
+    shape = desc.inputs[i].shape or ()
+    if d >= len(shape) or not isinstance(shape[d], Dim):
         return None
-    expr = str(shape[d].get("expr", ""))
+    expr = shape[d].expr
     return expr if expr in _symbols(desc) else None
 
 
-def _resolve(program: str, desc: Mapping[str, Any], key: str) -> str:
+def _resolve(program: str, desc: ProgramSpec, key: str) -> str:
     symbols = _symbols(desc)
     if key in symbols:
         return key
     m = _INPUT_DIM.match(key)
     if m:
         name, d = m.group("input"), int(m.group("a") or m.group("b"))
-        idx = next((i for i, inp in enumerate(desc.get("inputs") or []) if inp.get("name") == name), None)
+        idx = next((i for i, inp in enumerate(desc.inputs) if inp.name == name), None)
         if idx is None:
-            names = ", ".join(str(i.get("name")) for i in desc.get("inputs") or [])
+            names = ", ".join(i.name for i in desc.inputs)
             raise UsageError(f"--dim {program}:{key}: program {program!r} has no input {name!r} (inputs: {names})")
         sym = _input_symbol(desc, idx, d)
         if sym is None:
-            shape = (desc["inputs"][idx].get("shape") or [])
-            what = ("has no dimension " + str(d)) if d >= len(shape) else (
-                f"dimension {d} is static ({shape[d]})" if not isinstance(shape[d], dict)
-                else f"dimension {d} is {shape[d].get('expr')!r}, not a plain symbol")
+            shape = desc.inputs[idx].shape or ()
+            size = shape[d] if d < len(shape) else None
+            what = ("has no dimension " + str(d)) if size is None else (
+                f"dimension {d} is {size.expr!r}, not a plain symbol" if isinstance(size, Dim)
+                else f"dimension {d} is static ({size})")
             raise UsageError(f"--dim {program}:{key}: input {name!r} {what}",
                              hint="name the symbols it is made of instead")
         return sym
@@ -110,32 +110,26 @@ def _render(expr: str, names: Mapping[str, str]) -> str | None:
     return "".join(out) + expr[pos:] if syms else None
 
 
-def _apply(desc: MutableMapping[str, Any], names: Mapping[str, str]) -> None:
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "expr" in node and "min" in node:
-                text = _render(str(node["expr"]), names)
-                if text is not None:
-                    node["dim"] = text
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(desc.get("inputs"))
-    walk(desc.get("outputs"))
-    for c in desc.get("range_constraints") or []:
-        text = _render(str(c["expr"]), names)
-        if text is not None:
-            c["dim"] = text
+def _named(dim: Dim, names: Mapping[str, str]) -> Dim:
+    text = _render(dim.expr, names)
+    return dim if text is None else replace(dim, dim=text)
 
 
-def name_dims(programs: MutableMapping[str, MutableMapping[str, Any]],
+def _apply(desc: ProgramSpec, names: Mapping[str, str]) -> ProgramSpec:
+    def values(specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+        return tuple(s if s.shape is None else replace(s, shape=tuple(
+            _named(d, names) if isinstance(d, Dim) else d for d in s.shape)) for s in specs)
+
+    return replace(desc, inputs=values(desc.inputs), outputs=values(desc.outputs),
+                   range_constraints=tuple(_named(c, names) for c in desc.range_constraints))
+
+
+def name_dims(programs: MutableMapping[str, ProgramSpec],
               given: Mapping[str | None, Mapping[str, str]] | None = None) -> list[str]:
     """Apply given Dim names and carry them across programs (rule in the module docstring).
 
-    ``programs``: manifest program descriptions, edited in place, in the order given.
+    ``programs``: the bundle's programs in the order given; each named one is replaced by its
+    named copy.
     ``given``: program (None: the only one) -> {symbol or INPUT.D: name}. Returns notes, one per
     name carried to another program. Raises UsageError for an unknown program, symbol or input,
     a size that is not a plain symbol, or two symbols of one program given one name.
@@ -172,8 +166,8 @@ def name_dims(programs: MutableMapping[str, MutableMapping[str, Any]],
     offers: dict[tuple[str, str], dict[str, tuple[str, str, int, int]]] = {}
     for src, desc in programs.items():
         ranges = _symbols(desc)
-        for i, inp in enumerate(desc.get("inputs") or []):
-            for d, _ in enumerate(inp.get("shape") or []):
+        for i, inp in enumerate(desc.inputs):
+            for d, _ in enumerate(inp.shape or ()):
                 sym = _input_symbol(desc, i, d)
                 if sym is None or sym not in names[src]:
                     continue
@@ -196,12 +190,12 @@ def name_dims(programs: MutableMapping[str, MutableMapping[str, Any]],
         if name in names[dst].values() or len(reach[(dst, name)]) != 1:
             continue  # the name is taken there, or would name two symbols
         names[dst][sym] = name
-        inp = (programs[dst].get("inputs") or [])[i].get("name")
+        inp = programs[dst].inputs[i].name
         lo, hi = _symbols(programs[dst])[sym]
         notes.append(f"program {dst!r}: {sym} (input {inp!r} dim {d}, {lo}..{'' if hi is None else hi}) "
                      f"named {name!r} like {src}:{src_sym} at the same position; "
                      f"override with --dim {dst}:{sym}=NAME")
-    for program, desc in programs.items():
+    for program, desc in list(programs.items()):
         if names[program]:
-            _apply(desc, names[program])
+            programs[program] = _apply(desc, names[program])
     return notes

@@ -1,28 +1,35 @@
-"""The bundle manifest: validation against ``schema/manifest.schema.json`` and typed views.
+"""The bundle manifest: validation against ``schema/manifest.schema.json``, parsed once into
+frozen, typed values.
 
-Two stages, like pypa/packaging: raw JSON -> ``Manifest.from_raw`` which reports every problem
-at once (schema errors plus cross-field checks) -> a frozen object. The digest of a bundle is
-``sha256:`` of ``canonical_json(manifest.raw)``.
+Two stages, like pypa/packaging: raw JSON -> ``Manifest.from_raw``, which reports every problem
+at once (schema errors plus cross-field checks) and then parses the JSON into ``ProgramSpec``,
+``TensorSpec``, ``Dim``, ``RequiredOp``, ``Variant``, ``Member``, ``Sample``... Every layer reads
+attributes; dicts exist only at the JSON edge: ``from_json`` here, and ``to_json()``, which
+writes back exactly the JSON that was read (optional keys present as they were given), so the
+canonical bytes and the digest (``sha256:`` of ``canonical_json(manifest.to_json())``) never
+depend on the typed view.
 
     >>> m = Manifest.from_raw(json.loads(data))          # doctest: +SKIP
-    >>> m.digest, list(m.programs)
+    >>> m.digest, [i.name for i in m.programs["encoder"].inputs]
 """
 from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Union
 
 from ..constants import BUNDLE_FORMAT
 from ..digests import canonical_json, digest_of_bytes
 from ..errors import ManifestError, UnsupportedFormatError
 
-__all__ = ["Manifest", "ProgramSpec", "Member", "Sample", "Variant", "load_schema", "validate_raw"]
+__all__ = ["Manifest", "ProgramSpec", "TensorSpec", "Dim", "RequiredOp", "ConstantInput", "PytreeClass",
+           "BakedDevice", "AotiTarget", "Variant", "Serialization", "Requirements", "Environment", "Member", "Sample",
+           "BakedDeviceGroup", "baked_device_groups", "evolve", "load_schema", "validate_raw", "stored_blobs"]
 
 
 @lru_cache(maxsize=1)
@@ -31,7 +38,7 @@ def load_schema() -> dict[str, Any]:
     try:
         text = resources.files("registry._schema").joinpath("manifest.schema.json").read_text("utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
-        text = (Path(__file__).resolve().parent.parent / "schema" / "manifest.schema.json").read_text("utf-8")
+        text = (Path(__file__).resolve().parents[2] / "schema" / "manifest.schema.json").read_text("utf-8")
     return json.loads(text)
 
 
@@ -124,17 +131,218 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# ------------------------------------------------------------------------------- the typed view
+#
+# Each class parses its JSON object in ``from_json`` and writes it back in ``to_json``. A key the
+# schema makes optional is written back only when it was given (``present``: the optional keys
+# the JSON had; None for a value made in code, where a key is written when its value is set),
+# so ``to_json()`` gives back the JSON that was read, byte for byte once canonical.
+
+def _present(raw: Mapping[str, Any], optional: Iterable[str]) -> frozenset[str]:
+    return frozenset(k for k in optional if k in raw)
+
+
+def evolve(value: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` that also marks the optional keys it sets as given (written by
+    ``to_json`` even when None), for the bundler, which completes what the reader described."""
+    present = getattr(value, "present", None)
+    if present is not None:
+        changes["present"] = present | {k for k in changes if k in type(value)._OPTIONAL}
+    return replace(value, **changes)
+
+
+def _emit(out: dict[str, Any], present: frozenset[str] | None, key: str, value: Any, json_value: Any = None) -> None:
+    if (key in present) if present is not None else (value is not None and value != ()):
+        out[key] = value if json_value is None else json_value
+
+
 @dataclass(frozen=True)
-class Member:
-    path: str
-    sha256: str
-    size: int
-    role: str
-    chunks: tuple[tuple[str, int], ...] = ()   # (sha256 hex, size), covering the member in order
+class Dim:
+    """A symbolic dimension (or a range constraint): ``min..max`` (max None: unbounded), the
+    size expression torch printed (``s27``, ``s27 + 1``) and the user's ``Dim`` name, if known."""
+
+    min: int
+    max: int | None
+    expr: str
+    dim: str | None = None
 
     @property
-    def digest(self) -> str:
-        return "sha256:" + self.sha256
+    def label(self) -> str:
+        """The user's name when known, else the expression."""
+        return self.dim or self.expr or "?"
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Dim":
+        return cls(raw["min"], raw["max"], raw["expr"], raw.get("dim"))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"min": self.min, "max": self.max, "expr": self.expr}
+        if self.dim is not None:
+            out["dim"] = self.dim
+        return out
+
+
+#: One dimension of a tensor: a static size or a symbolic ``Dim``.
+Size = Union[int, Dim]
+
+
+def _size_from_json(d: Any) -> Size:
+    return d if isinstance(d, int) else Dim.from_json(d)
+
+
+def _size_to_json(d: Size) -> Any:
+    return d if isinstance(d, int) else d.to_json()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A program input or output: a tensor (``shape`` a tuple of static sizes and ``Dim``s) or,
+    with ``shape`` None, a non-tensor value (``dtype`` int/float/bool/str/none/torchbind/...;
+    ``value`` the constant it had at export when ``has_value``)."""
+
+    name: str
+    dtype: str
+    shape: tuple[Size, ...] | None
+    device: str | None = None
+    kind: str | None = None          # "positional" | "keyword" (inputs)
+    path: str | None = None          # where in the call (``args[0]``) or the output (``out[1]``)
+    value: Any = None
+    class_fqn: str | None = None     # TorchBind objects
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("device", "kind", "path", "value", "class_fqn")
+
+    @property
+    def has_value(self) -> bool:
+        return "value" in self.present if self.present is not None else self.value is not None
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        """The symbolic dimensions of the shape."""
+        return tuple(d for d in self.shape or () if isinstance(d, Dim))
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "TensorSpec":
+        shape = raw["shape"]
+        return cls(raw["name"], raw["dtype"], None if shape is None else tuple(_size_from_json(d) for d in shape),
+                   raw.get("device"), raw.get("kind"), raw.get("path"), copy.deepcopy(raw.get("value")),
+                   raw.get("class_fqn"), _present(raw, cls._OPTIONAL))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "dtype": self.dtype,
+                               "shape": None if self.shape is None else [_size_to_json(d) for d in self.shape]}
+        for key in self._OPTIONAL:
+            _emit(out, self.present, key, getattr(self, key),
+                  copy.deepcopy(self.value) if key == "value" else None)
+        return out
+
+
+@dataclass(frozen=True)
+class ConstantInput:
+    """An argument export baked in (a bool, int, float, str or None passed at export): ``leaf``
+    is its position among the leaves of the input treespec."""
+
+    name: str
+    value: Any
+    leaf: int
+    kind: str
+    path: str
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "ConstantInput":
+        return cls(raw["name"], raw["value"], raw["leaf"], raw["kind"], raw["path"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "leaf": self.leaf, "kind": self.kind, "path": self.path}
+
+
+@dataclass(frozen=True)
+class PytreeClass:
+    """A library pytree class of the treespecs, by serialized name; ``fields`` None when the
+    treespec does not list them (the class must then be registered to load the program)."""
+
+    type: str
+    fields: tuple[str, ...] | None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "PytreeClass":
+        fields = raw["fields"]
+        return cls(raw["type"], None if fields is None else tuple(fields))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "fields": None if self.fields is None else list(self.fields)}
+
+
+@dataclass(frozen=True)
+class RequiredOp:
+    """A custom (non-aten) operator the graph calls; ``schema`` as registered at bundle time."""
+
+    name: str          # "ns::op"
+    overload: str
+    target: str        # "torch.ops.ns.op.default"
+    schema: str | None
+
+    @property
+    def dispatcher_name(self) -> str:
+        """The name torch's dispatcher knows it by: ``ns::op`` or ``ns::op.overload``."""
+        return self.name if self.overload in ("default", "") else f"{self.name}.{self.overload}"
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "RequiredOp":
+        return cls(raw["name"], raw["overload"], raw["target"], raw["schema"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "overload": self.overload, "target": self.target, "schema": self.schema}
+
+
+@dataclass(frozen=True)
+class BakedDevice:
+    """A device hard-coded at export: an op's device argument (``arg``), or a weight's device
+    (``op`` "weight", ``arg`` its name); ``source``/``code`` the user's line, when recorded."""
+
+    op: str
+    device: str
+    arg: str | None = None
+    source: str | None = None
+    code: str | None = None
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("arg", "source", "code")
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "BakedDevice":
+        return cls(raw["op"], raw["device"], raw.get("arg"), raw.get("source"), raw.get("code"),
+                   _present(raw, cls._OPTIONAL))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op, "device": self.device}
+        for key in self._OPTIONAL:
+            _emit(out, self.present, key, getattr(self, key))
+        return out
+
+
+@dataclass(frozen=True)
+class AotiTarget:
+    """What an AOTInductor variant was compiled for (exact-match requirements)."""
+
+    device_key: str | None = None
+    compute_capability: str | None = None
+    platform: str | None = None
+    machine: str | None = None
+    cpu_isa: str | None = None
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("device_key", "compute_capability", "platform", "machine", "cpu_isa")
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "AotiTarget":
+        return cls(*(raw.get(k) for k in cls._OPTIONAL), present=_present(raw, cls._OPTIONAL))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in self._OPTIONAL:
+            _emit(out, self.present, key, getattr(self, key))
+        return out
 
 
 @dataclass(frozen=True)
@@ -143,11 +351,150 @@ class Variant:
     kind: str               # "exported_program" | "aoti"
     member: str
     archive_name: str
-    target: Mapping[str, Any]
+    target: AotiTarget | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Variant":
+        target = raw.get("target")
+        return cls(raw["id"], raw["kind"], raw["member"], raw["archive_name"],
+                   None if target is None else AotiTarget.from_json(target))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "member": self.member,
+                               "archive_name": self.archive_name}
+        if self.target is not None:
+            out["target"] = self.target.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class Serialization:
+    """How the program was serialized: torch version, serde schema (major, minor), opsets."""
+
+    torch_version: str
+    schema_version: tuple[int, int]
+    opset_version: Mapping[str, int]
+    archive_version: str | None = None
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("archive_version",)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Serialization":
+        major, minor = raw["schema_version"]
+        return cls(raw["torch_version"], (major, minor), MappingProxyType(dict(raw["opset_version"])),
+                   raw.get("archive_version"), _present(raw, ("archive_version",)))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"torch_version": self.torch_version, "schema_version": list(self.schema_version),
+                               "opset_version": dict(self.opset_version)}
+        _emit(out, self.present, "archive_version", self.archive_version)
+        return out
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """One program of the bundle: its variants and its signature, as the manifest records it."""
+
+    name: str
+    variants: tuple[Variant, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    range_constraints: tuple[Dim, ...]
+    required_ops: tuple[RequiredOp, ...]
+    torchbind_classes: tuple[str, ...]
+    baked_devices: tuple[BakedDevice, ...]
+    dtypes: tuple[str, ...]
+    serialization: Serialization
+    in_spec: str | None = None                    # torch's serialized input treespec
+    out_spec: str | None = None
+    forward_arg_names: tuple[str, ...] = ()
+    constant_inputs: tuple[ConstantInput, ...] = ()
+    #: as recorded at bundle time (empty for bundles made before they were); the runtime reads
+    #: them from the treespecs themselves (``registry.runtime.compat.pytree_classes_of``)
+    pytree_classes: tuple[PytreeClass, ...] = ()
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("in_spec", "out_spec", "forward_arg_names", "constant_inputs", "pytree_classes")
+
+    @property
+    def portable(self) -> Variant | None:
+        return next((v for v in self.variants if v.kind == "exported_program"), None)
+
+    def variant(self, variant_id: str | None) -> Variant | None:
+        return next((v for v in self.variants if v.id == variant_id), None)
+
+    @classmethod
+    def from_json(cls, name: str, raw: Mapping[str, Any]) -> "ProgramSpec":
+        return cls(
+            name=name,
+            variants=tuple(Variant.from_json(v) for v in raw["variants"]),
+            inputs=tuple(TensorSpec.from_json(i) for i in raw["inputs"]),
+            outputs=tuple(TensorSpec.from_json(o) for o in raw["outputs"]),
+            range_constraints=tuple(Dim.from_json(c) for c in raw["range_constraints"]),
+            required_ops=tuple(RequiredOp.from_json(op) for op in raw["required_ops"]),
+            torchbind_classes=tuple(raw["torchbind_classes"]),
+            baked_devices=tuple(BakedDevice.from_json(b) for b in raw["baked_devices"]),
+            dtypes=tuple(raw["dtypes"]),
+            serialization=Serialization.from_json(raw["serialization"]),
+            in_spec=raw.get("in_spec"),
+            out_spec=raw.get("out_spec"),
+            forward_arg_names=tuple(raw.get("forward_arg_names") or ()),
+            constant_inputs=tuple(ConstantInput.from_json(c) for c in raw.get("constant_inputs") or ()),
+            pytree_classes=tuple(PytreeClass.from_json(c) for c in raw.get("pytree_classes") or ()),
+            present=_present(raw, cls._OPTIONAL))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "variants": [v.to_json() for v in self.variants],
+            "inputs": [i.to_json() for i in self.inputs],
+            "outputs": [o.to_json() for o in self.outputs],
+            "range_constraints": [c.to_json() for c in self.range_constraints],
+            "required_ops": [op.to_json() for op in self.required_ops],
+            "torchbind_classes": list(self.torchbind_classes),
+            "baked_devices": [b.to_json() for b in self.baked_devices],
+            "dtypes": list(self.dtypes),
+            "serialization": self.serialization.to_json(),
+        }
+        _emit(out, self.present, "in_spec", self.in_spec)
+        _emit(out, self.present, "out_spec", self.out_spec)
+        _emit(out, self.present, "forward_arg_names", self.forward_arg_names, list(self.forward_arg_names))
+        _emit(out, self.present, "constant_inputs", self.constant_inputs,
+              [c.to_json() for c in self.constant_inputs])
+        _emit(out, self.present, "pytree_classes", self.pytree_classes,
+              [c.to_json() for c in self.pytree_classes])
+        return out
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str
+    sha256: str
+    size: int
+    role: str                                  # "program" | "aoti" | "sample" | "library"
+    chunks: tuple[tuple[str, int], ...] = ()   # (sha256 hex, size), covering the member in order
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.sha256
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Member":
+        return cls(raw["path"], raw["sha256"], raw["size"], raw["role"],
+                   tuple((c["sha256"], c["size"]) for c in raw.get("chunks", ())), _present(raw, ("chunks",)))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size, "role": self.role}
+        _emit(out, self.present, "chunks", self.chunks, [{"sha256": h, "size": n} for h, n in self.chunks])
+        return out
 
 
 @dataclass(frozen=True)
 class Sample:
+    """A golden sample: ``member`` holds tensors ``inputs`` and the ``outputs`` expected within
+    ``rtol``/``atol`` (numbers as written: an int tolerance stays an int in the JSON)."""
+
     name: str
     program: str
     member: str
@@ -155,66 +502,170 @@ class Sample:
     outputs: tuple[str, ...]
     rtol: float
     atol: float
+    device: str | None = None
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Sample":
+        return cls(raw["name"], raw["program"], raw["member"], tuple(raw["inputs"]), tuple(raw["outputs"]),
+                   raw["rtol"], raw["atol"], raw.get("device"), _present(raw, ("device",)))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "program": self.program, "member": self.member,
+                               "inputs": list(self.inputs), "outputs": list(self.outputs),
+                               "rtol": self.rtol, "atol": self.atol}
+        _emit(out, self.present, "device", self.device)
+        return out
 
 
 @dataclass(frozen=True)
-class ProgramSpec:
-    name: str
-    raw: Mapping[str, Any]
+class Requirements:
+    """Where the bundle may run: a PEP 440 torch specifier, device types (None: any), dtypes that
+    need hardware support, and a minimum CUDA compute capability."""
+
+    torch: str | None
+    device_types: tuple[str, ...] | None
+    hardware_dtypes: tuple[str, ...]
+    min_compute_capability: tuple[int, int] | None = None
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Requirements":
+        devices, cc = raw["device_types"], raw.get("min_compute_capability")
+        return cls(raw["torch"], None if devices is None else tuple(devices), tuple(raw["hardware_dtypes"]),
+                   None if cc is None else (cc[0], cc[1]), _present(raw, ("min_compute_capability",)))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"torch": self.torch,
+                               "device_types": None if self.device_types is None else list(self.device_types),
+                               "hardware_dtypes": list(self.hardware_dtypes)}
+        _emit(out, self.present, "min_compute_capability", self.min_compute_capability,
+              None if self.min_compute_capability is None else list(self.min_compute_capability))
+        return out
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What built the bundle: Python, torch and platform, the CUDA version when there was one,
+    and any other facts recorded (``others``, names to strings)."""
+
+    python: str | None
+    torch: str | None
+    platform: str | None
+    cuda: str | None = None
+    others: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    _OPTIONAL = ("cuda",)
+    _NAMED = ("python", "torch", "platform", "cuda")
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "Environment":
+        return cls(raw["python"], raw["torch"], raw["platform"], raw.get("cuda"),
+                   MappingProxyType({k: v for k, v in raw.items() if k not in cls._NAMED}),
+                   _present(raw, cls._OPTIONAL))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"python": self.python, "torch": self.torch, "platform": self.platform}
+        _emit(out, self.present, "cuda", self.cuda)
+        out.update(self.others)
+        return out
+
+
+# --------------------------------------------------------------------------- baked-device groups
+
+_MAX_OP_NAMES = 6
+
+
+def _short_op(op: str) -> str:
+    """``torch.ops.aten.arange.start`` -> ``arange``; a custom op keeps its namespace."""
+    parts = op.split(".")
+    if len(parts) == 5 and parts[:2] == ["torch", "ops"]:
+        return parts[3] if parts[2] == "aten" else f"{parts[2]}::{parts[3]}"
+    return op
+
+
+def _quoted(code: str) -> str:
+    """The source line as torch recorded it, whole; torch records the first line of a statement
+    only, so a statement that goes on (open brackets, a trailing backslash) is marked `...`."""
+    import io
+    import tokenize
+
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(code + "\n").readline):
+            pass
+    except tokenize.TokenError:  # EOF in a multi-line statement or string
+        return code + " ..."
+    except (SyntaxError, ValueError):
+        return code
+    return code + " ..." if code.rstrip().endswith("\\") else code
+
+
+@dataclass(frozen=True)
+class BakedDeviceGroup:
+    """Baked-device entries of one program that share a device and a source line. ``text``
+    reads ``device 'cpu' baked into 12 ops at model.py:33 (arange, ones): <the line>``."""
+
+    device: str
+    source: str | None
+    code: str | None
+    ops: tuple[str, ...]       # op names (weight names for weights), each once
+    count: int
+    head: str                  # the text without the quoted line
+    quote: str | None          # the source line, marked ``...`` when the statement goes on
 
     @property
-    def variants(self) -> tuple[Variant, ...]:
-        return tuple(Variant(v["id"], v["kind"], v["member"], v["archive_name"],
-                             MappingProxyType(dict(v.get("target") or {})))
-                     for v in self.raw["variants"])
+    def text(self) -> str:
+        return self.head + (f": {self.quote}" if self.quote else "")
 
-    @property
-    def portable(self) -> Variant | None:
-        return next((v for v in self.variants if v.kind == "exported_program"), None)
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "source": self.source, "code": self.code, "ops": list(self.ops),
+                "count": self.count, "head": self.head, "quote": self.quote, "text": self.text}
 
-    @property
-    def inputs(self) -> list[dict[str, Any]]:
-        return self.raw["inputs"]
 
-    @property
-    def constant_inputs(self) -> list[dict[str, Any]]:
-        """Arguments export baked in: each with its ``value`` and ``leaf`` in the input treespec."""
-        return list(self.raw.get("constant_inputs") or [])
+def baked_device_groups(baked: Iterable[BakedDevice]) -> list[BakedDeviceGroup]:
+    """Baked-device entries of one program grouped by device and source line, first seen first."""
+    groups: dict[tuple[str, Any, Any], tuple[list[str], list[int], bool]] = {}
+    firsts: dict[tuple[str, Any, Any], BakedDevice] = {}
+    for b in baked:
+        weight = b.op == "weight"
+        key = (b.device, b.source, "weight" if weight else b.code)
+        names, count, _ = groups.setdefault(key, ([], [0], weight))
+        firsts.setdefault(key, b)
+        count[0] += 1
+        name = str(b.arg) if weight else _short_op(str(b.op))
+        if name not in names:
+            names.append(name)
+    out = []
+    for key, (names, count, weights) in groups.items():
+        first = firsts[key]
+        noun = ("weight" if weights else "op") + ("" if count[0] == 1 else "s")
+        shown = ", ".join(names[:_MAX_OP_NAMES]) + (", ..." if len(names) > _MAX_OP_NAMES else "")
+        where = f" at {first.source}" if first.source else ""
+        out.append(BakedDeviceGroup(
+            first.device, first.source, first.code, tuple(names), count[0],
+            f"device {first.device!r} baked into {count[0]} {noun}{where} ({shown})",
+            _quoted(first.code) if first.code else None))
+    return out
 
-    @property
-    def pytree_classes(self) -> list[dict[str, Any]]:
-        """Library pytree classes of the input/output treespecs (``type``, ``fields``, ``style``),
-        read from the specs themselves so bundles written before ``pytree_classes`` have them too."""
-        from ..pt2.treespec import TreeSpecError, pytree_classes
 
-        found: dict[str, dict[str, Any]] = {}
-        for key in ("in_spec", "out_spec"):
-            try:
-                for c in pytree_classes(self.raw.get(key)):
-                    found.setdefault(c["type"], c)
-            except TreeSpecError:
-                continue
-        return list(found.values())
-
-    @property
-    def outputs(self) -> list[dict[str, Any]]:
-        return self.raw["outputs"]
-
-    @property
-    def required_ops(self) -> list[dict[str, Any]]:
-        return self.raw["required_ops"]
-
-    @property
-    def baked_devices(self) -> list[dict[str, Any]]:
-        return self.raw["baked_devices"]
-
+# ------------------------------------------------------------------------------------ manifest
 
 @dataclass(frozen=True)
 class Manifest:
-    """A validated manifest. ``raw`` is a private deep copy: mutate nothing you get from it."""
+    """A validated manifest, parsed once into typed values. ``canonical``: the canonical JSON it
+    was read from (its sha256 is the bundle digest); ``to_json()`` gives the same JSON back."""
 
-    raw: Mapping[str, Any]
-    canonical: bytes
+    format: int
+    kind: str
+    programs: Mapping[str, ProgramSpec]        # in ``program_order``
+    members: tuple[Member, ...]
+    samples: tuple[Sample, ...]
+    requirements: Requirements
+    metadata: Mapping[str, str]
+    environment: Environment
+    canonical: bytes = field(repr=False)
+    order_given: bool = field(default=False, repr=False)   # "program_order" written in the JSON
 
     @classmethod
     def from_raw(cls, raw: Any) -> "Manifest":
@@ -222,8 +673,16 @@ class Manifest:
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ManifestError(f"invalid manifest: {problems[0]}{more}", problems=problems)
-        raw = copy.deepcopy(raw)
-        return cls(raw=raw, canonical=canonical_json(raw))
+        order = raw.get("program_order") or sorted(raw["programs"])
+        return cls(
+            format=raw["format"], kind=raw["kind"],
+            programs=MappingProxyType({name: ProgramSpec.from_json(name, raw["programs"][name]) for name in order}),
+            members=tuple(Member.from_json(m) for m in raw["members"]),
+            samples=tuple(Sample.from_json(s) for s in raw["samples"]),
+            requirements=Requirements.from_json(raw["requirements"]),
+            metadata=MappingProxyType(dict(raw["metadata"])),
+            environment=Environment.from_json(raw["environment"]),
+            canonical=canonical_json(raw), order_given="program_order" in raw)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
@@ -243,45 +702,42 @@ class Manifest:
         return digest_of_bytes(self.canonical)
 
     @property
-    def program_order(self) -> list[str]:
-        """Program names in the order they were given at bundle time (by name for old bundles)."""
-        return list(self.raw.get("program_order") or sorted(self.raw["programs"]))
-
-    @property
-    def programs(self) -> dict[str, ProgramSpec]:
-        """Every program, in ``program_order``."""
-        progs = self.raw["programs"]
-        return {name: ProgramSpec(name, progs[name]) for name in self.program_order}
-
-    @property
-    def members(self) -> list[Member]:
-        return [Member(m["path"], m["sha256"], m["size"], m["role"],
-                       tuple((c["sha256"], c["size"]) for c in m.get("chunks", ())))
-                for m in self.raw["members"]]
-
-    @property
-    def samples(self) -> list[Sample]:
-        return [Sample(s["name"], s["program"], s["member"], tuple(s["inputs"]), tuple(s["outputs"]),
-                       float(s["rtol"]), float(s["atol"])) for s in self.raw["samples"]]
-
-    @property
-    def requirements(self) -> Mapping[str, Any]:
-        return self.raw["requirements"]
-
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        return self.raw["metadata"]
-
-    @property
-    def environment(self) -> Mapping[str, Any]:
-        return self.raw["environment"]
-
-    @property
     def total_size(self) -> int:
-        return sum(m["size"] for m in self.raw["members"]) + len(self.canonical)
+        return sum(m.size for m in self.members) + len(self.canonical)
+
+    @cached_property
+    def _members_by_path(self) -> Mapping[str, Member]:
+        return MappingProxyType({m.path: m for m in self.members})
+
+    def member(self, path: str) -> Member | None:
+        """The member at ``path``, or None when the manifest lists none there."""
+        return self._members_by_path.get(path)
+
+    def warnings(self) -> list[str]:
+        """What a user should know before running it: devices baked in at export (one line per
+        device and source line) and custom ops whose schema was unknown at bundle time."""
+        out = []
+        for name, prog in self.programs.items():
+            for g in baked_device_groups(prog.baked_devices):  # each op: programs.*.baked_devices
+                out.append(f"program {name!r}: {g.text}")
+            for op in prog.required_ops:
+                if not op.schema:
+                    out.append(f"program {name!r}: custom op {op.name} is required; its schema was not "
+                               f"known at bundle time")
+        return out
 
     def to_json(self) -> dict[str, Any]:
-        """A deep copy of the raw manifest, its ``programs`` object in ``program_order``."""
-        raw = copy.deepcopy(dict(self.raw))  # type: ignore[arg-type]
-        raw["programs"] = {name: raw["programs"][name] for name in self.program_order}
-        return raw
+        """The manifest as JSON values, written from the typed view: the JSON it was read from
+        (``canonical_json(m.to_json()) == m.canonical``), its ``programs`` in ``program_order``."""
+        out: dict[str, Any] = {
+            "format": self.format, "kind": self.kind,
+            "programs": {name: prog.to_json() for name, prog in self.programs.items()},
+            "members": [m.to_json() for m in self.members],
+            "samples": [s.to_json() for s in self.samples],
+            "requirements": self.requirements.to_json(),
+            "metadata": dict(self.metadata),
+            "environment": self.environment.to_json(),
+        }
+        if self.order_given:
+            out["program_order"] = list(self.programs)
+        return out

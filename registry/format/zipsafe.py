@@ -17,9 +17,9 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, BinaryIO, Iterator
+from typing import IO, BinaryIO
 
-from ..constants import CHUNK_SIZE, MAX_MEMBER_BYTES, MAX_MEMBERS
+from ..constants import MAX_MEMBER_BYTES, MAX_MEMBERS
 from ..errors import NotFoundError, UnsafeArchiveError
 
 __all__ = ["ZipEntry", "read_entries", "read_canonical_entries", "check_member_name", "open_entry",
@@ -172,15 +172,6 @@ def read_entry_bytes(path: str | os.PathLike, entry: ZipEntry, *, max_size: int,
     if len(data) != entry.size:
         raise UnsafeArchiveError(f"{where}: member {entry.name!r} is truncated", member=entry.name)
     return data
-
-
-def iter_entry_chunks(path: str | os.PathLike, entry: ZipEntry) -> Iterator[bytes]:
-    with open_entry(path, entry) as fp:
-        while True:
-            data = fp.read(CHUNK_SIZE)
-            if not data:
-                return
-            yield data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import struct
 import zipfile
 from typing import IO, BinaryIO
 
-from ..constants import CHUNK_SIZE
+from ..digests import pump
 
 __all__ = ["DeterministicZipWriter", "ALIGNMENT", "member_info", "local_header", "uses_zip64", "PAD_TAG"]
 
@@ -73,14 +73,10 @@ class DeterministicZipWriter:
     def write_stream(self, name: str, src: IO[bytes], size: int) -> None:
         info = self._info(name, size)
         zip64 = size >= zipfile.ZIP64_LIMIT
-        left = size
         with self._zf.open(info, "w", force_zip64=zip64) as dst:
-            while left > 0:
-                chunk = src.read(min(CHUNK_SIZE, left))
-                if not chunk:
-                    raise OSError(f"source for {name!r} ended {left} bytes early")
-                dst.write(chunk)
-                left -= len(chunk)
+            n = pump(src, dst.write, size=size)
+            if n < size:
+                raise OSError(f"source for {name!r} ended {size - n} bytes early")
 
     def write_bytes(self, name: str, data: bytes) -> None:
         import io

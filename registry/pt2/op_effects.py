@@ -7,9 +7,11 @@ some reach the file system, other processes, the network or process-wide state
 later ``copy_`` overwrites; ``aten::save``; collectives; the profiler). The rule that says which
 is written once, over the schemas of every registered operator (:func:`effect_reason`), and
 its result is frozen into ``side_effect_ops.json`` beside this file, which the pure graph checker
-(``registry.pt2.safety``) reads. ``python -m registry.pt2.op_effects`` regenerates the file from
-the installed torch; ``tests/unit/test_op_effects.py`` recomputes the rule and fails when torch
-has gained such an operator that the frozen list lacks.
+(``registry.pt2.safety``) reads. ``python scripts/update_op_effects.py`` regenerates the file
+from the installed torch (the schemas come from ``registry.runtime.torchrt.all_op_schemas``, the
+one module touching torch's private APIs; this one stays pure); a test in
+``tests/unit/test_program_validation.py`` recomputes the rule and fails when torch has gained
+such an operator that the frozen list lacks.
 
 The rule, for an operator schema:
 
@@ -29,12 +31,16 @@ Custom (user) namespaces are not in this list: they are declared required ops th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from .datafiles import read_data_file, write_data_file
 
-__all__ = ["effect_reason", "compute", "load_frozen", "FROZEN_PATH", "main"]
+__all__ = ["OpSchema", "effect_reason", "compute", "load_frozen", "write_frozen", "FROZEN_PATH",
+           "GENERATED_BY"]
+
+GENERATED_BY = "python scripts/update_op_effects.py"
 
 FROZEN_PATH = Path(__file__).with_name("side_effect_ops.json")
 
@@ -44,6 +50,17 @@ _PATH_ARG = re.compile(r"file|path|url|uri|dir|host|addr|port|librar|module|comm
 _ASYNC_TYPE = re.compile(r"\b(?:Future|Await|RRef|Stream|Event)\b")
 _CHECK_NAME = re.compile(r"assert|check|validate|constrain|_sink_tokens")
 _STR_TYPES = re.compile(r"^(?:Optional\[)?(?:List\[)?str\]?\]?$|^str\??(?:\[\])?$")
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    """One registered operator's schema, as the rule reads it: ``name`` is ``ns::op``; ``args``
+    are (name, type, is_written) per argument; ``returns`` the return types."""
+
+    name: str
+    overload: str
+    args: tuple[tuple[str, str, bool], ...]
+    returns: tuple[str, ...]
 
 
 def effect_reason(namespace: str, name: str, args: Iterable[tuple[str, str, bool]],
@@ -66,48 +83,22 @@ def effect_reason(namespace: str, name: str, args: Iterable[tuple[str, str, bool
     return None
 
 
-#: torch modules that register operators from Python when imported (``streams::`` by dynamo,
-#: collectives by distributed, ...): imported before the rule runs so their ops are covered.
-_REGISTERING_MODULES = (
-    "torch._dynamo", "torch._higher_order_ops", "torch._prims", "torch._refs", "torch.export",
-    "torch._export.serde.serialize", "torch.distributed", "torch.distributed._functional_collectives",
-    "torch.distributed.tensor", "torch._inductor.lowering", "torch.ao.quantization", "torch._library",
-)
-
-
-def _schemas() -> Iterable[Any]:
-    import importlib
-
-    import torch  # registers every built-in C++ operator
-
-    for name in _REGISTERING_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - an optional part of torch (no distributed build ...)
-            pass
-    return torch._C._jit_get_all_schemas()  # private, stable since 1.x
-
-
-def compute() -> dict[str, Any]:
-    """The frozen document, from the operators registered in this process."""
-    import torch
-
+def compute(schemas: Iterable[OpSchema], torch_version: str) -> dict[str, Any]:
+    """The frozen document, from the schemas of every registered operator."""
     ops: dict[str, str] = {}
     namespaces: set[str] = set()
-    for s in _schemas():
+    for s in schemas:
         ns, _, name = s.name.partition("::")
-        args = [(a.name, str(a.type), bool(a.alias_info is not None and a.alias_info.is_write))
-                for a in s.arguments]
-        reason = effect_reason(ns, name, args, [str(r.type) for r in s.returns])
+        reason = effect_reason(ns, name, s.args, s.returns)
         if reason is None:
             continue
         if _NAMESPACE.search(ns):
             namespaces.add(ns)
             continue
-        ops[f"{ns}::{name}.{s.overload_name or 'default'}"] = reason
+        ops[f"{ns}::{name}.{s.overload or 'default'}"] = reason
     return {
-        "generated_by": "python -m registry.pt2.op_effects",
-        "torch_version": str(torch.__version__),
+        "generated_by": GENERATED_BY,
+        "torch_version": torch_version,
         "namespaces": sorted(namespaces),
         "namespace_pattern": _NAMESPACE.pattern,
         "ops": dict(sorted(ops.items())),
@@ -131,11 +122,6 @@ def refused(namespace: str, op: str, overload: str) -> str | None:
     return None
 
 
-def main() -> None:
-    doc = compute()
+def write_frozen(doc: dict[str, Any]) -> None:
+    """Check in a document made by :func:`compute`."""
     write_data_file(FROZEN_PATH, doc)
-    print(f"{FROZEN_PATH}: {len(doc['ops'])} operators, namespaces {', '.join(doc['namespaces'])}")
-
-
-if __name__ == "__main__":
-    main()

@@ -27,8 +27,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
+from .exprs import sympy_call_allowed, tokenize
+
 __all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
-           "sympy_call_allowed", "check_program", "check_op_effects"]
+           "check_program", "check_op_effects"]
 
 _MAX_EXPR_CHARS = 8192
 _MAX_EXPR_DEPTH = 64
@@ -37,26 +39,6 @@ _MAX_POW_EXPONENT = 64
 _MAX_UNBACKED_INDEX = 10_000_000
 _UNBACKED_PREFIXES = ("u", "zuf")  # torch.utils._sympy.symbol.prefix_str
 
-#: sympy classes srepr prints for the expressions torch builds, and torch's sympy functions
-#: (``ExportedProgramDeserializer.sympy_functions``). Calls to anything else are refused.
-SYMPY_CALLS = frozenset({
-    "Symbol", "Dummy", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Abs",
-    "Mod", "floor", "ceiling", "sqrt", "Piecewise", "ExprCondPair",
-    "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "Equality", "Unequality", "StrictLessThan",
-    "StrictGreaterThan", "LessThan", "GreaterThan", "And", "Or", "Not", "Xor",
-    # torch.utils._sympy.functions, as named by the deserializer
-    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt",
-    "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv",
-    "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt",
-    "RoundDecimal", "ToFloat", "Identity", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or",
-    "OpaqueUnaryFn_sqrt", "OpaqueUnaryFn_exp", "OpaqueUnaryFn_log", "OpaqueUnaryFn_cos",
-    "OpaqueUnaryFn_sin", "OpaqueUnaryFn_tan", "OpaqueUnaryFn_cosh", "OpaqueUnaryFn_sinh",
-    "OpaqueUnaryFn_tanh", "OpaqueUnaryFn_asin", "OpaqueUnaryFn_acos", "OpaqueUnaryFn_atan",
-    "OpaqueUnaryFn_log2",
-})
-#: families torch generates names in (``OpaqueUnaryFn_asinh``, ``BitwiseFn_bitwise_xor``):
-#: a name sympify does not know becomes an undefined sympy function, never Python code.
-_SYMPY_CALL_FAMILIES = re.compile(r"(?:OpaqueUnaryFn_[a-z0-9]+|BitwiseFn_bitwise_[a-z]+)\Z")
 _POW_CALLS = frozenset({"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"})
 #: names srepr prints bare (singletons).
 SYMPY_ATOMS = frozenset({"oo", "zoo", "nan", "true", "false", "pi", "E", "I", "int_oo"})
@@ -103,11 +85,6 @@ _SAFE_TARGET = re.compile(
 )
 
 
-def sympy_call_allowed(name: str) -> bool:
-    """A function name an ``expr_str`` may call: sympy classes and torch's sympy functions."""
-    return name in SYMPY_CALLS or bool(_SYMPY_CALL_FAMILIES.match(name))
-
-
 class GraphSafetyError(ValueError):
     """A graph would make torch run code chosen by the file; the message names what."""
 
@@ -135,17 +112,8 @@ def _clip(text: str) -> str:
 
 
 def _tokenize(text: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    end = len(text.rstrip())
-    while pos < end:
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise GraphSafetyError(f"character {text[pos:pos + 1]!r} is not allowed in expression {_clip(text)}")
-        kind = m.lastgroup or ""
-        out.append((kind, m.group(kind)))
-        pos = m.end()
-    return out
+    return tokenize(text, _TOKEN, lambda pos: GraphSafetyError(
+        f"character {text[pos:pos + 1]!r} is not allowed in expression {_clip(text)}"))
 
 
 def _peek(tokens: list[tuple[str, str]], pos: int) -> tuple[str, str]:

@@ -1,8 +1,9 @@
 """Can this bundle run on that target? Pure rules over (manifest, target, device).
 
 Each rule returns ``Finding``s (an error blocks loading, a warning does not) that say what is
-wrong, why it matters and how to fix it. ``check`` runs every rule, picks one variant per program
-and reports everything at once::
+wrong, why it matters and how to fix it. ``check`` chooses one variant per program, once
+(``choose_variants``), hands the choice to the rules that depend on it, and reports everything at
+once::
 
     >>> report = check(manifest, Target.load("box.json"), "cuda:0")      # doctest: +SKIP
     >>> report.compatible, report.choices["decoder"]
@@ -27,14 +28,15 @@ from typing import Any, Callable, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..format.manifest import Manifest, ProgramSpec, Variant
+from ..format.manifest import AotiTarget, Manifest, ProgramSpec, Variant, baked_device_groups
 from ..pt2.graph import HARDWARE_DTYPES
-from .target import Target, op_key
+from .inputs import same_device
+from .target import Target
 
-__all__ = ["Finding", "CompatReport", "check", "choose_variant", "aoti_mismatch", "RULES", "device_type_of",
-           "NATIVE_FIX",
+__all__ = ["Finding", "CompatReport", "VariantChoice", "check", "choose_variant", "choose_variants",
+           "aoti_mismatch", "RULES", "device_type_of", "NATIVE_FIX", "pytree_classes_of",
            "serde_schema_rule", "torch_version_rule", "device_type_rule", "hardware_dtype_rule",
-           "custom_op_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule",
+           "custom_op_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule", "pytree_class_rule",
            "DEVICE_DISPATCH_KEYS", "COMPOSITE_KEYS"]
 
 #: Kernels registered under these keys serve every device.
@@ -70,11 +72,16 @@ class Finding:
 
 @dataclass(frozen=True)
 class CompatReport:
-    """Every finding, and per program the chosen variant id (None: nothing loadable) and why."""
+    """Every finding, and per program the variant chosen (once, by ``check``) and why."""
 
     compatible: bool
     findings: tuple[Finding, ...]
-    choices: Mapping[str, tuple[str | None, str]] = field(default_factory=dict, hash=False)
+    variants: Mapping[str, "VariantChoice"] = field(default_factory=dict, hash=False)
+
+    @property
+    def choices(self) -> dict[str, tuple[str | None, str]]:
+        """Per program, in program order: (the chosen variant id or None: nothing loadable, why)."""
+        return {name: (c.variant_id, c.reason) for name, c in self.variants.items()}
 
     @property
     def errors(self) -> list[Finding]:
@@ -84,11 +91,28 @@ class CompatReport:
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "warning"]
 
+    def raise_for_status(self) -> None:
+        """Nothing when compatible; else UnsafeArchiveError (exit 5) when an error is a
+        ``pickle`` or ``native-code`` finding, IncompatibleError (exit 4) otherwise: one line
+        naming the first error and how many more there are."""
+        if self.compatible:
+            return
+        from ..errors import IncompatibleError, UnsafeArchiveError
+
+        errors = self.errors
+        if not errors:
+            raise IncompatibleError("not compatible", findings=list(self.findings))
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        unsafe = next((f for f in errors if f.code in ("pickle", "native-code")), None)
+        if unsafe is not None:
+            raise UnsafeArchiveError(f"refused: {unsafe.message}{more}", hint=unsafe.fix)
+        raise IncompatibleError(f"not compatible: {errors[0].message}{more}", findings=list(self.findings))
+
     def to_json(self) -> dict[str, Any]:
         return {"compatible": self.compatible,
                 "findings": [f.to_json() for f in self.findings],
-                "variants": {p: {"id": vid, "reason": why} for p, (vid, why) in self.choices.items()},
-                "program_order": list(self.choices)}  # JSON output sorts keys: the bundle's order
+                "variants": {p: {"id": c.variant_id, "reason": c.reason} for p, c in self.variants.items()},
+                "program_order": list(self.variants)}  # JSON output sorts keys: the bundle's order
 
 
 def device_type_of(device: str | None, target: Target) -> str:
@@ -103,11 +127,12 @@ def _warn(code: str, program: str | None, message: str, why: str = "", fix: str 
     return Finding("warning", code, program, message, why, fix)
 
 
-def _describe(t: Mapping[str, Any]) -> str:
-    parts = [t.get("device_key") or "?"]
-    if t.get("compute_capability"):
-        parts.append(f"sm_{t['compute_capability']}")
-    parts += [p for p in (t.get("platform"), t.get("machine"), t.get("cpu_isa")) if p]
+def _describe(t: AotiTarget | None) -> str:
+    t = t or AotiTarget()
+    parts = [t.device_key or "?"]
+    if t.compute_capability:
+        parts.append(f"sm_{t.compute_capability}")
+    parts += [p for p in (t.platform, t.machine, t.cpu_isa) if p]
     return " ".join(parts)
 
 
@@ -118,32 +143,71 @@ def _isa_features(isa: str | None) -> set[str]:
     return tokens
 
 
-def aoti_mismatch(vt: Mapping[str, Any], target: Target, device_type: str) -> str | None:
+def aoti_mismatch(vt: AotiTarget | None, target: Target, device_type: str) -> str | None:
     """Why an AOTInductor variant cannot run on the target, or None when it matches exactly."""
-    key = vt.get("device_key") or "cpu"
+    vt = vt or AotiTarget()
+    key = vt.device_key or "cpu"
     if key != device_type:
         return f"built for {key}, the target device is {device_type}"
-    cc, tcc = vt.get("compute_capability") or None, target.compute_capability_str
+    cc, tcc = vt.compute_capability or None, target.compute_capability_str
     if cc != tcc:
         built = f"built for sm_{cc}" if cc else "built without a recorded compute capability"
         return f"{built}, the target is {'sm_' + tcc if tcc else 'of unknown compute capability'}"
     for attr in ("platform", "machine"):
-        want, have = vt.get(attr), getattr(target, attr)
+        want, have = getattr(vt, attr), getattr(target, attr)
         if want and want != have:
             return f"built for {attr} {want}, the target's is {have or 'unknown'}"
-    needed = _isa_features(vt.get("cpu_isa")) if key == "cpu" else set()
+    needed = _isa_features(vt.cpu_isa) if key == "cpu" else set()
     if needed:
         if target.cpu_isa is None:
-            return f"built for CPU ISA {vt.get('cpu_isa')}, the target's CPU ISA is unknown"
+            return f"built for CPU ISA {vt.cpu_isa}, the target's CPU ISA is unknown"
         missing = sorted(needed - _isa_features(target.cpu_isa))
         if missing:
-            return f"built for CPU ISA {vt.get('cpu_isa')}, the target lacks {' '.join(missing)}"
+            return f"built for CPU ISA {vt.cpu_isa}, the target lacks {' '.join(missing)}"
     return None
 
 
 #: How to allow native code, said wherever an AOTInductor variant is passed over for it.
 NATIVE_FIX = ("to allow it, require the publisher's signature (--require-signature KEY, or a trust policy "
               "rule for the model) or pass --trust-native (trust_native=True)")
+
+
+@dataclass(frozen=True)
+class VariantChoice:
+    """The variant of one program to load on the target (None: nothing can run there) and why.
+    ``passed_over``: an AOTInductor variant that matches the target but was not chosen because
+    native code is not allowed (``allow_native=False``)."""
+
+    variant: Variant | None
+    reason: str
+    passed_over: Variant | None = None
+
+    @property
+    def variant_id(self) -> str | None:
+        return self.variant.id if self.variant is not None else None
+
+
+def _choose(program: ProgramSpec, target: Target, device: str | None, allow_native: bool) -> VariantChoice:
+    device_type = device_type_of(device, target)
+    rejected, passed_over = [], None
+    for v in program.variants:
+        if v.kind != "aoti":
+            continue
+        why_not = aoti_mismatch(v.target, target, device_type)
+        if why_not is None and not allow_native:
+            rejected.append(f"{v.id} matches the target but is native code from a publisher not trusted here")
+            passed_over = passed_over or v
+            continue
+        if why_not is None:
+            return VariantChoice(v, f"AOTInductor variant {v.id} matches the target ({_describe(v.target)})")
+        rejected.append(f"{v.id}: {why_not}")
+    portable = program.portable
+    if portable is None:
+        return VariantChoice(None, "no variant can run here: " + "; ".join(rejected), passed_over)
+    if not rejected:
+        return VariantChoice(portable, "portable program (the bundle has no AOTInductor variant for it)")
+    return VariantChoice(portable, "portable program: no AOTInductor variant matches ("
+                         + "; ".join(rejected) + ")", passed_over)
 
 
 def choose_variant(program: ProgramSpec, target: Target, device: str | None = None, *,
@@ -153,47 +217,61 @@ def choose_variant(program: ProgramSpec, target: Target, device: str | None = No
     ``allow_native=False`` never chooses an AOTInductor variant (a compiled shared library):
     the portable program is used instead, and the reason says which variant was passed over.
     """
-    device_type = device_type_of(device, target)
-    rejected = []
-    for v in program.variants:
-        if v.kind != "aoti":
+    choice = _choose(program, target, device, allow_native)
+    return choice.variant, choice.reason
+
+
+def choose_variants(manifest: Manifest, target: Target, device: str | None = None, *,
+                    allow_native: bool = True) -> dict[str, VariantChoice]:
+    """One ``VariantChoice`` per program, in program order: made once per check or load and
+    handed to the rules that depend on it (``CompatReport.variants``)."""
+    return {name: _choose(prog, target, device, allow_native) for name, prog in manifest.programs.items()}
+
+
+def pytree_classes_of(program: ProgramSpec) -> list[dict[str, Any]]:
+    """Library pytree classes of a program's treespecs (``type``, ``fields``, ``style``), read
+    from the treespecs themselves: bundles written before ``pytree_classes`` have them too, and
+    the stand-ins need the ``style`` the manifest does not record."""
+    from ..pt2.treespec import TreeSpecError, pytree_classes
+
+    found: dict[str, dict[str, Any]] = {}
+    for spec in (program.in_spec, program.out_spec):
+        try:
+            for c in pytree_classes(spec):
+                found.setdefault(c["type"], c)
+        except TreeSpecError:
             continue
-        why_not = aoti_mismatch(v.target, target, device_type)
-        if why_not is None and not allow_native:
-            rejected.append(f"{v.id} matches the target but is native code from a publisher not trusted here")
-            continue
-        if why_not is None:
-            return v, f"AOTInductor variant {v.id} matches the target ({_describe(v.target)})"
-        rejected.append(f"{v.id}: {why_not}")
-    portable = program.portable
-    if portable is None:
-        return None, "no variant can run here: " + "; ".join(rejected)
-    if not rejected:
-        return portable, "portable program (the bundle has no AOTInductor variant for it)"
-    return portable, "portable program: no AOTInductor variant matches (" + "; ".join(rejected) + ")"
+    return list(found.values())
 
 
 # ---------------------------------------------------------------------------------------- rules
 
+def _choices(manifest: Manifest, target: Target, device: str | None,
+             choices: Mapping[str, VariantChoice] | None) -> Mapping[str, VariantChoice]:
+    """The choice ``check`` made; a rule called on its own chooses with native code allowed."""
+    return choices if choices is not None else choose_variants(manifest, target, device)
+
+
 def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
-                      allow_native: bool = True) -> list[Finding]:
+                      choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """Serializer schema major must equal the runtime's; a newer minor warns; archive version 0."""
     out: list[Finding] = []
     major, minor = target.serde_schema
+    choices = _choices(manifest, target, device, choices)
     for name, prog in manifest.programs.items():
-        chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
+        chosen = choices[name].variant
         needed = chosen is None or chosen.kind == "exported_program"
-        ser = prog.raw["serialization"]
-        pmajor, pminor = ser["schema_version"]
+        ser = prog.serialization
+        pmajor, pminor = ser.schema_version
         if pmajor != major:
             make = _err if needed else _warn
             out.append(make(
                 "serde-schema", name,
                 f"program {name!r} was serialized with serde schema {pmajor}.{pminor} (torch "
-                f"{ser['torch_version']}); torch {target.torch_version} reads schema {major}.x"
+                f"{ser.torch_version}); torch {target.torch_version} reads schema {major}.x"
                 + ("" if needed else "; only its AOTInductor variant can load"),
                 "torch.export cannot deserialize an archive written with another schema major version",
-                f"run it with a torch whose serde schema major is {pmajor} (like {ser['torch_version']}), "
+                f"run it with a torch whose serde schema major is {pmajor} (like {ser.torch_version}), "
                 f"or re-export the model with torch {target.torch_version}"))
         elif pminor > minor and needed:
             out.append(_warn(
@@ -201,8 +279,8 @@ def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
                 f"program {name!r} uses serde schema {pmajor}.{pminor}, newer than {major}.{minor} of "
                 f"torch {target.torch_version}",
                 "minor schema bumps are additive; loading fails only if the program uses a newer construct",
-                f"prefer torch >= {ser['torch_version'].split('+')[0]} on the target"))
-        archive_version = ser.get("archive_version")
+                f"prefer torch >= {ser.torch_version.split('+')[0]} on the target"))
+        archive_version = ser.archive_version
         if needed and archive_version not in (None, "0"):
             out.append(_err("archive-version", name,
                             f"program {name!r} has pt2 archive version {archive_version}; torch "
@@ -214,7 +292,7 @@ def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
 
 def torch_version_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
     """The target torch must satisfy the bundle's PEP 440 requirement."""
-    spec_text = manifest.requirements.get("torch")
+    spec_text = manifest.requirements.torch
     if not spec_text:
         return []
     try:
@@ -244,13 +322,13 @@ def device_type_rule(manifest: Manifest, target: Target, device: str | None) -> 
         out.append(_err("device-type", None,
                         f"requested device {device} but the target describes a {target.device_type} machine",
                         fix=f"use --device {target.device_type} or a target file for a {device_type} machine"))
-    allowed = manifest.requirements.get("device_types")
+    allowed = manifest.requirements.device_types
     if allowed is not None and device_type not in allowed:
         out.append(_err("device-type", None,
                         f"the bundle supports device types {', '.join(allowed)}, not {device_type}",
                         "the publisher restricted where this bundle may run",
                         f"run it on {' or '.join(allowed)}"))
-    need = manifest.requirements.get("min_compute_capability")
+    need = manifest.requirements.min_compute_capability
     cc = target.compute_capability
     if need and device_type == "cuda" and cc is not None and tuple(cc) < tuple(need):
         out.append(_err("compute-capability", None,
@@ -264,7 +342,7 @@ def hardware_dtype_rule(manifest: Manifest, target: Target, device: str | None) 
     out = []
     device_type = device_type_of(device, target)
     for name, prog in manifest.programs.items():
-        for dtype in sorted(set(prog.raw["dtypes"]) & HARDWARE_DTYPES):
+        for dtype in sorted(set(prog.dtypes) & HARDWARE_DTYPES):
             f = _dtype_finding(name, dtype, device_type, target)
             if f:
                 out.append(f)
@@ -310,19 +388,19 @@ def custom_op_rule(manifest: Manifest, target: Target, device: str | None) -> li
     keys = DEVICE_DISPATCH_KEYS.get(device_type, (device_type.upper(),))
     for name, prog in manifest.programs.items():
         for op in prog.required_ops:
-            key = op_key(op["name"], op["overload"])
+            key = op.dispatcher_name
             info = target.custom_ops.get(key)
             if info is None:
                 out.append(_err("custom-op-missing", name,
                                 f"program {name!r} needs custom op {key}, which is not registered on the target",
                                 "the graph calls it; without a registration the program cannot even deserialize",
-                                f"register it first: --import MODULE or --load-library PATH.so that defines {op['name']}"))
+                                f"register it first: --import MODULE or --load-library PATH.so that defines {op.name}"))
                 continue
-            want, have = _norm(op.get("schema")), _norm(info.schema)
+            want, have = _norm(op.schema), _norm(info.schema)
             if want and have and want != have:
                 out.append(_err("custom-op-schema", name,
                                 f"custom op {key} has schema '{info.schema}' on the target; the program was "
-                                f"exported with '{op['schema']}'",
+                                f"exported with '{op.schema}'",
                                 "a different signature means different arguments or semantics",
                                 "register the same version of the op library the model was exported with"))
             present = set(info.dispatch_keys)
@@ -344,7 +422,7 @@ def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> li
     have = {c.removeprefix("__torch__.") for c in target.torchbind_classes}
     out = []
     for name, prog in manifest.programs.items():
-        for cls in prog.raw["torchbind_classes"]:
+        for cls in prog.torchbind_classes:
             if cls.removeprefix("__torch__.") not in have:
                 out.append(_err("torchbind", name,
                                 f"program {name!r} holds a TorchBind object of class {cls}, which is not "
@@ -355,14 +433,13 @@ def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> li
 
 
 def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
-                     allow_native: bool = True) -> list[Finding]:
+                     choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """A program with only AOTInductor variants needs one built exactly for the target, and
     native code allowed (``native-code`` error otherwise, which refuses with exit 5)."""
     out = []
-    for name, prog in manifest.programs.items():
-        chosen, reason = choose_variant(prog, target, device, allow_native=allow_native)
-        if chosen is None and not allow_native:
-            native, _ = choose_variant(prog, target, device)
+    for name, choice in _choices(manifest, target, device, choices).items():
+        chosen, reason, native = choice.variant, choice.reason, choice.passed_over
+        if chosen is None:
             if native is not None:
                 out.append(Finding(
                     "error", "native-code", name,
@@ -371,7 +448,6 @@ def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
                     "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
                     NATIVE_FIX))
                 continue
-        if chosen is None:
             out.append(_err("aoti-target", name,
                             f"program {name!r} has only AOTInductor variants and none matches the target "
                             f"({reason.split(': ', 1)[-1]})",
@@ -380,25 +456,18 @@ def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
     return out
 
 
-def _same_device(baked: str, device: str) -> bool:
-    btype, _, bidx = baked.partition(":")
-    dtype, _, didx = device.partition(":")
-    return btype == dtype and (not bidx or not didx or bidx == didx)
-
-
 def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
-                      allow_native: bool = True) -> list[Finding]:
+                      choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """Devices hard-coded at export: moved with the portable program (warning), else an error."""
     out = []
+    choices = _choices(manifest, target, device, choices)
     device = device or target.device_type
     for name, prog in manifest.programs.items():
-        chosen, _ = choose_variant(prog, target, device, allow_native=allow_native)
-        from ..cli.views import baked_device_groups
-
+        chosen = choices[name].variant
         # one finding per device and source line (each op: inspect --json, programs.*.baked_devices)
-        for g in baked_device_groups([b for b in prog.baked_devices if not _same_device(b["device"], device)]):
-            what = f"program {name!r}: {g['head']}"
-            code = f": {g['quote']}" if g["quote"] else ""
+        for g in baked_device_groups([b for b in prog.baked_devices if not same_device(b.device, device)]):
+            what = f"program {name!r}: {g.head}"
+            code = f": {g.quote}" if g.quote else ""
             if chosen is not None and chosen.kind == "exported_program":
                 out.append(_warn("baked-device", name, f"{what}, will be moved to {device} at load{code}",
                                  "export records device constants; the loader rewrites them with move_to_device_pass",
@@ -425,8 +494,8 @@ def pytree_class_rule(manifest: Manifest, target: Target, device: str | None) ->
 
     out = []
     for name, prog in manifest.programs.items():
-        for c in prog.pytree_classes:
-            cls = c["type"]
+        for c in pytree_classes_of(prog):  # pt2.treespec's view of the treespecs
+            cls = c["type"]  # dicts of registry.pt2.treespec, not manifest entries
             if pytree_registered(cls):
                 continue
             module = module_to_import(cls)
@@ -453,7 +522,7 @@ RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
     torchbind_rule, aoti_target_rule, baked_device_rule, pytree_class_rule)
 
 
-#: Rules whose verdict depends on the chosen variant: they take ``allow_native``.
+#: Rules whose verdict depends on the chosen variant: ``check`` hands them its ``choices``.
 _VARIANT_RULES = (serde_schema_rule, aoti_target_rule, baked_device_rule)
 
 
@@ -465,21 +534,18 @@ def check(manifest: Manifest, target: Target, device: str | None = None, *,
     ``native-code`` says which one was passed over and how to allow it, and a program with only
     such variants gets a ``native-code`` error.
     """
-    findings = [f for rule in RULES for f in (rule(manifest, target, device, allow_native=allow_native)
+    variants = choose_variants(manifest, target, device, allow_native=allow_native)
+    findings = [f for rule in RULES for f in (rule(manifest, target, device, choices=variants)
                                               if rule in _VARIANT_RULES else rule(manifest, target, device))]
-    choices = {}
-    for name, prog in manifest.programs.items():
-        chosen, reason = choose_variant(prog, target, device, allow_native=allow_native)
-        choices[name] = (chosen.id if chosen else None, reason)
-        if not allow_native and chosen is not None:
-            native, _ = choose_variant(prog, target, device)
-            if native is not None and native.kind == "aoti":
-                findings.append(Finding(
-                    "info", "native-code", name,
-                    f"program {name!r}: AOTInductor variant {native.id!r} matches the target but was not "
-                    f"chosen (native code, and the bundle is not signed by a key trusted here); using the "
-                    f"portable program",
-                    "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
-                    NATIVE_FIX))
+    for name, choice in variants.items():
+        native = choice.passed_over
+        if choice.variant is not None and native is not None:
+            findings.append(Finding(
+                "info", "native-code", name,
+                f"program {name!r}: AOTInductor variant {native.id!r} matches the target but was not "
+                f"chosen (native code, and the bundle is not signed by a key trusted here); using the "
+                f"portable program",
+                "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
+                NATIVE_FIX))
     return CompatReport(compatible=not any(f.severity == "error" for f in findings),
-                        findings=tuple(findings), choices=choices)
+                        findings=tuple(findings), variants=variants)

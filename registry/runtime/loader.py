@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..atomic import USER_FILE, atomic_write
-from .compat import CompatReport, Finding, check, choose_variant
+from .compat import CompatReport, Finding, check, pytree_classes_of
 from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
 from ..format.manifest import Manifest, ProgramSpec, Variant
-from .inputs import check_inputs
+from .inputs import call_arguments, check_constant, check_inputs, fill_baked_call, flat_count, without_constants
 from ..sources import MaterializedBundle
 from .target import Target
 
@@ -76,28 +76,22 @@ class LoadedProgram:
         return f"<LoadedProgram {self.name} variant={self.variant.id} device={self.device}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .torchrt import torch
-        from .torchrt_dispatch import bind_call
+        from .torchrt import bind_call, torch
 
         if self.spec.constant_inputs:  # baked-in arguments: the exported value or left out
-            from .samples import fill_baked_call
-
-            args, kwargs = fill_baked_call(dict(self.spec.raw), args, kwargs)
-        flat, args, kwargs = bind_call(args, kwargs, self.spec.raw.get("in_spec"),
-                                       self.spec.raw.get("forward_arg_names"))
+            args, kwargs = fill_baked_call(self.spec, args, kwargs)
+        flat, args, kwargs = bind_call(args, kwargs, self.spec.in_spec, list(self.spec.forward_arg_names))
         constants = self.spec.constant_inputs
         if constants:
-            from .samples import check_constant, without_constants
-
             for c in constants:
-                check_constant(c, flat[c["leaf"]] if c["leaf"] < len(flat) else None)
+                check_constant(c, flat[c.leaf] if c.leaf < len(flat) else None)
             flat = without_constants(flat, constants)
         check_inputs(self.spec.inputs, flat, device=self.device)
         guards = getattr(self._module, "_registry_guards", None)
         if guards:  # export guards, evaluated by registry.pt2.guards (torch never exec()s them)
             from ..pt2.guards import GuardFailure, check_guards
 
-            names = list(self.spec.raw.get("forward_arg_names") or [i["name"] for i in self.spec.inputs])
+            names = list(self.spec.forward_arg_names or [i.name for i in self.spec.inputs])
             env: dict[str, Any] = dict(zip(names, args))
             env.update(kwargs)
             env.setdefault("flat_args", list(flat))
@@ -119,17 +113,15 @@ class LoadedProgram:
     def run(self, value: Any) -> list[Any]:
         """Run on inputs as read from a file or sample (flat tuple, or dict by input name),
         moved to the device first; returns the flat outputs."""
-        from .samples import call_arguments, flat_count
-        from .torchrt import flatten_outputs
-        from .torchrt_dispatch import to_device
+        from .torchrt import flatten_outputs, to_device
 
-        count = flat_count(dict(self.spec.raw), value)  # nested tuples (a baked-in (3, 4)) opened
+        count = flat_count(self.spec, value)  # nested tuples (a baked-in (3, 4)) opened
         full = len(self.spec.inputs) + len(self.spec.constant_inputs)
         if count is not None and count not in (len(self.spec.inputs), full):
-            names = ", ".join(i["name"] for i in self.spec.inputs)
+            names = ", ".join(i.name for i in self.spec.inputs)
             raise InputValidationError(f"program {self.name!r} takes {len(self.spec.inputs)} input(s) "
                                        f"({names}), got {count}")
-        args, kwargs = call_arguments(dict(self.spec.raw), value)
+        args, kwargs = call_arguments(self.spec, value)
         args, kwargs = to_device((args, kwargs), self.device)
         return flatten_outputs(self(*args, **kwargs))
 
@@ -199,18 +191,16 @@ class LoadedBundle:
 
 def needs_cpu_isa(manifest: Manifest) -> bool:
     """Whether choosing a variant depends on the CPU ISA (an AOTInductor CPU variant exists)."""
-    return any(v.kind == "aoti" and (v.target.get("device_key") or "cpu") == "cpu"
+    return any(v.kind == "aoti" and (v.target is None or (v.target.device_key or "cpu") == "cpu")
                for p in manifest.programs.values() for v in p.variants)
 
 
 def _resolve_target(src: MaterializedBundle, device: str | None, target: Target | None) -> Target:
     if target is not None:
         return target
-    from .target import op_key
     from .probe import probe
 
-    needed = {op_key(op["name"], op["overload"]) for spec in src.manifest.programs.values()
-              for op in spec.required_ops}
+    needed = {op.dispatcher_name for spec in src.manifest.programs.values() for op in spec.required_ops}
     return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed))
 
 
@@ -228,12 +218,13 @@ def _vet(src: MaterializedBundle, report: CompatReport) -> list[_Vetted]:
     """Vet each chosen variant's member the way torch will read it, whatever the flags: the
     canonical zip layout, the exact member allowlist, canonical JSON, the graph checks and the
     payload sizes (``open_pt2(canonical=True)``). Raises UnsafeArchiveError (exit 5) naming the
-    program's member; returns what each would unpickle."""
+    program's member; returns what each would unpickle, as the reader found it (each chosen
+    member is read once per check or load, the other variants not at all)."""
     from ..pt2.reader import open_pt2
 
     out = []
-    for name, (vid, _) in report.choices.items():
-        variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
+    for name, choice in report.variants.items():
+        variant = choice.variant
         if variant is None:
             continue
         where = f"program {name!r} ({variant.member})"
@@ -279,13 +270,13 @@ def native_code_findings(src: MaterializedBundle, report: CompatReport) -> list[
     trusted key signed the bundle, a ``warning`` when only ``--trust-native`` allowed it."""
     out = []
     signers = tuple(getattr(src, "trusted_signers", ()) or ())
-    for name, (vid, _) in report.choices.items():
-        variant = next((v for v in src.manifest.programs[name].variants if v.id == vid), None)
+    for name, choice in report.variants.items():
+        variant = choice.variant
         if variant is not None and variant.kind == "aoti":
             allowed = (f"allowed: signed by trusted key {signers[0][:19]}..." if signers
                        else "allowed by --trust-native")
             out.append(Finding("info" if signers else "warning", "native-code", name,
-                               f"program {name!r} would run as AOTInductor variant {vid!r}: a compiled "
+                               f"program {name!r} would run as AOTInductor variant {variant.id!r}: a compiled "
                                f"shared library loaded into this process ({allowed})",
                                "native code runs with this process's rights; unlike a graph it cannot "
                                "be checked before it runs",
@@ -329,7 +320,7 @@ def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target:
     report = check(src.manifest, target, device, allow_native=native_allowed(src, trust_native))
     extra = pickle_findings(src, report, trust_pickle=trust_pickle) + native_code_findings(src, report)
     compatible = report.compatible and not any(f.severity == "error" for f in extra)
-    return CompatReport(compatible, report.findings + tuple(extra), report.choices)
+    return CompatReport(compatible, report.findings + tuple(extra), report.variants)
 
 
 def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target | None = None,
@@ -374,12 +365,11 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
                                      f"refusing to load it", member=v.member, hint="pass --trust-pickle "
                                      "(trust_pickle=True) only if you trust the publisher")
     chosen = []
-    for name in wanted:
-        spec = src.manifest.programs[name]
-        variant, reason = choose_variant(spec, target, device, allow_native=allow_native)
-        if variant is None:  # the aoti-target rule already failed the report; kept for safety
-            raise IncompatibleError(f"program {name!r}: {reason}", findings=list(report.findings))
-        chosen.append((spec, variant))
+    for name in wanted:  # the variants the report chose (once, for the rules and this load)
+        choice = report.variants[name]
+        if choice.variant is None:  # the aoti-target rule already failed the report; kept for safety
+            raise IncompatibleError(f"program {name!r}: {choice.reason}", findings=list(report.findings))
+        chosen.append((src.manifest.programs[name], choice.variant))
     # right before torch reads them here: programs no trusted key signed are deserialized once
     # per machine in one limited subprocess first (registry.runtime.sandbox; exit 5 if it crashes or runs out)
     from .sandbox import vet_programs
@@ -392,17 +382,17 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
 
 
 def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str) -> Any:
-    from . import torchrt, torchrt_dispatch
+    from . import torchrt
 
     path = src.member_file(variant.member)
     label = f"{src.label or src.digest} ({variant.member})"  # the user's file or ref, not the cache blob
-    torchrt.stand_in_pytree_classes(spec.pytree_classes)  # before torch reads the treespecs
+    torchrt.stand_in_pytree_classes(pytree_classes_of(spec))  # before torch reads the treespecs
     if variant.kind == "aoti":
-        return torchrt_dispatch.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
+        return torchrt.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
     ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name)
-    baked_elsewhere = any(b["device"].split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
+    baked_elsewhere = any(b.device.split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
-        ep = torchrt_dispatch.move_to_device(ep, device)
+        ep = torchrt.move_to_device(ep, device)
     return torchrt.restore_guards(ep).module()
 
 
@@ -444,31 +434,18 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
     >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
     >>> bundle["decoder"](hidden, targets)
     """
-    from ..config import Settings
-    from ..cli.views import looks_like_file
-    from ..sources import materialize_file
+    from ..client import Registry
+    from ..sources import open_source
+    from .sandbox import SandboxConfig
     from .torchrt import import_modules, load_libraries
 
     load_libraries(list(libraries))
     import_modules(list(imports))
-    from .sandbox import SandboxConfig
-    from ..client.trust import establish_trust, load_policy
-
-    settings = Settings.resolve()
-    policy = load_policy(settings.home)
-    if isinstance(source, MaterializedBundle):
-        src = establish_trust(source, policy, is_file=source.name is None)
-    else:
-        text = os.fspath(source)
-        if isinstance(source, os.PathLike) or looks_like_file(text):
-            src = establish_trust(materialize_file(text, cache_dir or settings.cache_dir), policy, is_file=True)
-        else:
-            from ..client import Registry
-
-            src = Registry(settings).materialize(text)  # enforces the trust policy itself
-    # before anything is deserialized
-    src = establish_trust(src, None, require_signature=require_signature)
-    sandbox = SandboxConfig.from_env(cache_dir or settings.cache_dir, imports=imports, libraries=libraries)
+    # the trust policy and require_signature before anything is deserialized; the registry
+    # (its database, for a ref) is needed only until the bundle is local
+    with Registry(cache_dir=cache_dir) as reg:
+        src = open_source(source, registry=reg, require_signature=require_signature)
+    sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
     return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
                        trust_native=trust_native, sandbox=sandbox)
 

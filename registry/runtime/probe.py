@@ -32,7 +32,7 @@ def parse_device(device: str) -> tuple[str, int | None]:
 
 def default_device() -> str:
     """``cuda:0`` when this machine has a usable CUDA (or ROCm) GPU, else ``cpu``."""
-    from .torchrt_dispatch import cuda_available
+    from .torchrt import cuda_available
 
     return "cuda:0" if cuda_available() else "cpu"
 
@@ -46,11 +46,11 @@ def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Seq
     ``ops`` (dispatcher names such as ``ns::op``) limits the custom-op table to those ops.
     Raises IncompatibleError when the device type is not usable here (e.g. cuda without a GPU).
     """
-    from . import torchrt, torchrt_dispatch as rt
+    from . import torchrt as rt
 
-    torchrt.load_libraries(list(libraries))
-    torchrt.import_modules(list(imports))
-    t = torchrt.torch()
+    rt.load_libraries(list(libraries))
+    rt.import_modules(list(imports))
+    t = rt.torch()
     device = device or default_device()
     device_type, index = parse_device(device)
     _check_available(t, device, device_type, index)

@@ -197,11 +197,13 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
         cmd += ["--load-library", lib]
     for _, variant, path, _, _ in todo:
         cmd += ["--program", variant.kind, variant.archive_name, str(path)]
-    classes = [c for spec, *_ in todo for c in getattr(spec, "pytree_classes", [])]
+    from .compat import pytree_classes_of
+
+    classes = [c for spec, *_ in todo for c in pytree_classes_of(spec)]
     if classes:  # library output classes: the child stands in for them as the loader does
         cmd += ["--pytree-classes", json.dumps(classes)]
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the directory holding the registry package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_SANDBOX] = "off"  # the child never recurses
     label = src.label or src.digest
@@ -321,14 +323,14 @@ def _child(argv: Sequence[str]) -> int:
         p.error("KIND must be exported_program or aoti")
     _set_limits(a.memory, a.limit, a.seconds)
     try:
-        from . import torchrt, torchrt_dispatch
+        from . import torchrt
 
         torchrt.load_libraries(a.libraries)
         torchrt.import_modules(a.imports)
         torchrt.stand_in_pytree_classes(json.loads(a.pytree_classes))
         for kind, archive_name, path in a.programs:
             if kind == "aoti":
-                loaded: Any = torchrt_dispatch.load_aoti(path, archive_name, a.device)
+                loaded: Any = torchrt.load_aoti(path, archive_name, a.device)
             else:
                 loaded = torchrt.restore_guards(torchrt.load_exported_program(path, archive_name)).module()
             del loaded  # one at a time

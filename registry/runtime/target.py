@@ -12,7 +12,7 @@ needs only ``torch_version``, ``serde_schema`` and ``device_type``::
                                     "dispatch_keys": ["CPU"]}}}
 
 ``custom_ops`` is keyed by the dispatcher's operator name: ``ns::op`` for the default overload,
-``ns::op.overload`` otherwise (see ``op_key``). It lists every registered operator outside
+``ns::op.overload`` otherwise (a manifest op's ``RequiredOp.dispatcher_name``). It lists every registered operator outside
 torch's built-in namespaces with its schema and the dispatch keys that have a kernel.
 
 Pure: no torch, no IO except ``Target.load``.
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from ..errors import UsageError
 
-__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "op_key", "TORCH_OP_NAMESPACES", "is_torch_namespace"]
+__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "TORCH_OP_NAMESPACES", "is_torch_namespace"]
 
 #: Operator namespaces torch registers itself (its C++ libraries and its own Python modules:
 #: quantization, distributed, inductor, export, ONNX, ...), beyond the built-in ones the op table
@@ -57,11 +57,6 @@ _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-
 _OPTIONAL_STR = ("cuda_version", "rocm_version", "platform", "machine", "cpu_isa")
 _KNOWN_KEYS = {"format", "kind", "torch_version", "serde_schema", "device_type", "compute_capability",
                "custom_ops", "torchbind_classes", *_OPTIONAL_STR}
-
-
-def op_key(name: str, overload: str) -> str:
-    """The dispatcher name of a manifest op: ``op_key("mylib::f", "default") == "mylib::f"``."""
-    return name if overload in ("default", "") else f"{name}.{overload}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from .engine import AUDIT_LOCK_KEY, advisory_lock
 from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError
@@ -22,11 +23,9 @@ from ..format.manifest import stored_blobs
 from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, VersionBlobRow, VersionRow,
                   json_text, now_text)
 
-__all__ = ["AUDIT_LOCK_KEY", "ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile",
+__all__ = ["ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile",
            "stored_fields"]
 
-#: pg_advisory_xact_lock key serializing audit appends ("pt2a").
-AUDIT_LOCK_KEY = 0x70743261
 ALIAS_ACTIONS = ("alias.set", "alias.move", "alias.remove")
 _STATUS_OF = {"deprecate": "deprecated", "yank": "yanked", "restore": "active"}
 
@@ -36,8 +35,7 @@ def append_event(session: Session, action: str, *, actor: str, host: str,
                  digest: str | None = None, ref: str | None = None,
                  details: Mapping[str, Any] | None = None) -> AuditEventRow:
     """Append one event at the end of the chain, in the session's transaction."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": AUDIT_LOCK_KEY})
+    advisory_lock(session, AUDIT_LOCK_KEY)
     last = session.execute(select(AuditEventRow.seq, AuditEventRow.hash, AuditEventRow.ts)
                            .order_by(AuditEventRow.seq.desc()).limit(1)).first()
     # Never earlier than the previous event, so time order and chain order agree even when

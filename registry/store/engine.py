@@ -3,8 +3,8 @@
 SQLite is tuned for many processes sharing one file: WAL (readers never block the writer), a
 long busy timeout, foreign keys on, and write transactions opened with ``BEGIN IMMEDIATE`` so
 writers queue for the lock up front instead of deadlocking when a reader upgrades to a writer.
-PostgreSQL goes through psycopg 3; its writers serialize with explicit row and advisory locks
-(see :mod:`registry.store.sql`).
+PostgreSQL goes through psycopg 3; its writers serialize with explicit row locks and the
+advisory locks below (:func:`advisory_lock`; see :mod:`registry.store.sql`).
 
     >>> engine = make_engine("sqlite:////tmp/pt2reg-doc.db")
     >>> engine.dialect.name
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -25,8 +25,8 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import ConflictError, StoreError, UsageError
 
-__all__ = ["make_engine", "run_transaction", "translate_error", "redacted_url", "WRITE_OPTION",
-           "SQLITE_BUSY_TIMEOUT_MS"]
+__all__ = ["make_engine", "run_transaction", "translate_error", "redacted_url", "advisory_lock",
+           "WRITE_OPTION", "SQLITE_BUSY_TIMEOUT_MS", "AUDIT_LOCK_KEY", "GC_LOCK_KEY", "MIGRATION_LOCK_KEY"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,24 @@ _ATTEMPTS = 8
 # sqlstates worth retrying: serialization failure, deadlock, lock not available.
 _PG_RETRY_STATES = {"40001", "40P01", "55P03"}
 _PG_UNIQUE_VIOLATION = "23505"
+
+#: PostgreSQL advisory lock keys (four ASCII bytes each), taken with :func:`advisory_lock`.
+#: "pt2a": serializes audit appends (one hash chain).
+AUDIT_LOCK_KEY = 0x70743261
+#: "pt2g": a gc sweep holds it exclusively; push claims and publishes share it.
+GC_LOCK_KEY = 0x70743267
+#: "pt2m": serializes schema checks and upgrades.
+MIGRATION_LOCK_KEY = 0x7074326D
+
+
+def advisory_lock(conn: Session | Connection, key: int, *, shared: bool = False) -> None:
+    """Take a transaction-scoped PostgreSQL advisory lock (``pg_advisory_xact_lock``, or its
+    ``_shared`` form), released at commit or rollback. A no-op on SQLite, whose write
+    transactions are serialized already (``BEGIN IMMEDIATE``)."""
+    dialect = conn.dialect if isinstance(conn, Connection) else conn.get_bind().dialect
+    if dialect.name == "postgresql":
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(text(f"SELECT {fn}(:key)"), {"key": key})
 
 
 def make_engine(url: str) -> Engine:

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
 from ..errors import DatabaseOutdatedError, StoreError
-from .engine import WRITE_OPTION, redacted_url, translate_error
+from .engine import MIGRATION_LOCK_KEY, WRITE_OPTION, advisory_lock, redacted_url, translate_error
 
 if TYPE_CHECKING:  # alembic costs ~130 ms to import: only migrations and slow checks load it
     from alembic.config import Config
@@ -39,10 +39,6 @@ __all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "hea
 #: The schema revision this software expects. A test keeps it equal to the scripts' only head,
 #: so the everyday check (database at head?) needs no Alembic import.
 HEAD_REVISION = "0002_audit_version_fields"
-
-#: pg_advisory_xact_lock key serializing schema checks and upgrades ("pt2m").
-MIGRATION_LOCK_KEY = 0x7074326D
-
 
 def script_location() -> Path:
     """Directory of the Alembic scripts: the installed ``registry._migrations`` package, or the
@@ -146,11 +142,6 @@ def _check_known(engine: Engine, current: str, head: str) -> None:
         f"pt2-registry ({head!r})", current=current, head=head)
 
 
-def _lock(conn: Connection) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-
-
 def _has_registry_tables(conn: Connection) -> bool:
     return inspect(conn).has_table("models")
 
@@ -161,7 +152,7 @@ def _migrate(engine: Engine, *, only_if_fresh: bool) -> tuple[str | None, str]:
         with engine.connect() as conn:
             conn = conn.execution_options(**{WRITE_OPTION: True})
             with conn.begin():
-                _lock(conn)
+                advisory_lock(conn, MIGRATION_LOCK_KEY)
                 before = _revision_of(conn)  # again: another process may have just migrated
                 if before == head:
                     return before, head

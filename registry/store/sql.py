@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
@@ -35,7 +35,7 @@ from ..format.manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from . import audit_log, writes
 from . import lineage as graph
-from .engine import make_engine, run_transaction
+from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
 from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
                   VersionBlobRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
@@ -48,17 +48,10 @@ T = TypeVar("T")
 _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "restore"}
 
 
-#: pg_advisory_xact_lock key shared by gc sweeps and push claims ("pt2g"); SQLite write
-#: transactions are serialized already.
-GC_LOCK_KEY = 0x70743267
-
-
 def _gc_lock(s: Session, *, exclusive: bool = False) -> None:
     """The gc lock: a sweep holds it exclusively; claims and publishes share it (they never
     wait for each other, only for a sweep). SQLite serializes write transactions anyway."""
-    if s.get_bind().dialect.name == "postgresql":
-        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        s.execute(text(f"SELECT {fn}(:key)"), {"key": GC_LOCK_KEY})
+    advisory_lock(s, GC_LOCK_KEY, shared=not exclusive)
 
 
 class SqlMetadataStore:

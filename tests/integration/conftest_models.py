@@ -2,7 +2,8 @@
 
 A pytest plugin (``-p tests.integration.conftest_models``). Each fixture returns a ``Built``
 with the bundle path, real inputs (also saved as INPUTS.pt files) and the outputs the eager
-model computed at export time.
+model computed at export time; each is built once per run and shared by the xdist workers
+(``tests.shared.value_built_once``): tests only read them.
 
 - ``encdec``: encoder/decoder sharing a dynamic ``batch`` (1..8), a ``seq`` Dim (2..16) and the
   derived ``seq + 1`` (decoder targets), with golden samples.
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.shared import value_built_once
 
 ROOT = Path(__file__).resolve().parents[2]
 BAKED_LINE_MARK = "pos = torch.arange(x.shape[1], device=\"cpu\")"
@@ -97,12 +100,15 @@ def _encoder_export():
 
 @pytest.fixture(scope="session")
 def encdec(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return value_built_once(tmp_path_factory, "encdec", _build_encdec)
+
+
+def _build_encdec(out: Path) -> Built:
     import torch
     from torch.export import Dim, export
 
     from registry.bundler import bundle_exported_programs
 
-    out = tmp_path_factory.mktemp("encdec")
     _, Decoder, _ = _models()
     enc, ep_enc, ds_enc = _encoder_export()
     torch.manual_seed(1)
@@ -160,7 +166,10 @@ _CUSTOM_OP_SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="session")
 def custom_op(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    out = tmp_path_factory.mktemp("custom_op")
+    return value_built_once(tmp_path_factory, "custom_op", _build_custom_op)
+
+
+def _build_custom_op(out: Path) -> Built:
     r = subprocess.run([sys.executable, "-c", _CUSTOM_OP_SCRIPT, str(out)], cwd=ROOT, env=subprocess_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -170,6 +179,10 @@ def custom_op(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="session")
 def baked(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return value_built_once(tmp_path_factory, "baked", _build_baked)
+
+
+def _build_baked(out: Path) -> Built:
     import torch
     from torch.export import Dim, export
 
@@ -177,9 +190,9 @@ def baked(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
     _, _, Baked = _models()
     ds = {"x": {1: Dim("width", min=2, max=64)}}
-    x = torch.randn(2, 5)
+    x = torch.randn(2, 5, generator=torch.Generator().manual_seed(2))  # the same bytes whatever ran before
     ep = export(Baked(), (x,), dynamic_shapes=ds)
-    path = tmp_path_factory.mktemp("baked") / "baked.pt2b"
+    path = out / "baked.pt2b"
     bundle_exported_programs(path, {"model": ep}, dynamic_shapes={"model": ds}, samples={"model": [(x,)]})
     return Built(path, {"model": (x,)}, {"model": Baked()(x)})
 
@@ -193,12 +206,16 @@ def baked_source_line() -> str:
 
 @pytest.fixture(scope="session")
 def aoti(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Compiled once per run (~20 s), shared by the xdist workers."""
+    return value_built_once(tmp_path_factory, "aoti", _build_aoti)
+
+
+def _build_aoti(out: Path) -> Built:
     import torch
 
     from registry.bundler import ProgramInput, SampleInput, build_bundle
     from registry.runtime.torchrt import dim_names_of, save_exported_program
 
-    out = tmp_path_factory.mktemp("aoti")
     enc, ep, ds = _encoder_export()
     names = dim_names_of(ep, ds)
     save_exported_program(ep, out / "encoder.pt2")
@@ -218,10 +235,13 @@ def aoti(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="session")
 def pickled(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return value_built_once(tmp_path_factory, "pickled", _build_pickled)
+
+
+def _build_pickled(out: Path) -> Built:
     from registry.bundler import ProgramInput, build_bundle
     from registry.runtime.torchrt import save_exported_program
 
-    out = tmp_path_factory.mktemp("pickled")
     _, ep, _ = _encoder_export()
     pt2 = out / "encoder.pt2"
     save_exported_program(ep, pt2)

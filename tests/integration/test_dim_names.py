@@ -2,12 +2,12 @@
 other programs' inputs at the same position and range (``registry/dim_names.py``)."""
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
 from registry.format.dim_names import name_dims, parse_dim_option
+from registry.format.manifest import Dim, ProgramSpec, TensorSpec
 from registry.errors import UsageError
 from tests.cli_inprocess import refused
 
@@ -81,11 +81,19 @@ def test_without_program_when_the_bundle_has_one(pt2reg, pt2_dir, tmp_path):
 
 # ------------------------------------------------------------------- the carry-over rule, pure
 
-def _prog(*inputs: list, ranges: dict) -> dict:
+def _prog(*inputs: list, ranges: dict, outputs: tuple[dict, ...] = ()) -> ProgramSpec:
     shape = lambda dims: [d if isinstance(d, int) else {"expr": d, "min": ranges[d][0], "max": ranges[d][1]}
                           for d in dims]
-    return {"inputs": [{"name": f"x{i}", "shape": shape(dims)} for i, dims in enumerate(inputs)],
-            "outputs": [], "range_constraints": [{"expr": k, "min": lo, "max": hi} for k, (lo, hi) in ranges.items()]}
+    return ProgramSpec.from_json("p", {
+        "variants": [], "inputs": [{"name": f"x{i}", "dtype": "float32", "shape": shape(dims)}
+                                   for i, dims in enumerate(inputs)],
+        "outputs": list(outputs), "range_constraints": [{"expr": k, "min": lo, "max": hi} for k, (lo, hi) in ranges.items()],
+        "required_ops": [], "torchbind_classes": [], "baked_devices": [], "dtypes": [],
+        "serialization": {"torch_version": "2.13.0", "schema_version": [8, 20], "opset_version": {}}})
+
+
+def _names(spec: TensorSpec) -> list:
+    return [d.dim if isinstance(d, Dim) else None for d in spec.shape]
 
 
 def test_carried_only_when_the_range_matches():
@@ -93,7 +101,7 @@ def test_carried_only_when_the_range_matches():
              "b": _prog(["s7", "s9"], ranges={"s7": (1, 8), "s9": (2, 32)})}
     notes = name_dims(progs, {"a": {"s1": "batch", "s2": "seq"}})
     assert len(notes) == 1 and "s7" in notes[0]
-    assert [d.get("dim") for d in progs["b"]["inputs"][0]["shape"]] == ["batch", None]
+    assert _names(progs["b"].inputs[0]) == ["batch", None]
 
 
 def test_never_guesses_between_two_names_or_two_symbols():
@@ -101,7 +109,7 @@ def test_never_guesses_between_two_names_or_two_symbols():
     progs = {"a": _prog(["s1"], ranges={"s1": (1, 8)}), "b": _prog(["s7"], ranges={"s7": (1, 8)}),
              "c": _prog(["s3"], ranges={"s3": (1, 8)})}
     assert name_dims(progs, {"a": {"s1": "batch"}, "c": {"s3": "rows"}}) == []
-    assert "dim" not in progs["b"]["inputs"][0]["shape"][0]
+    assert _names(progs["b"].inputs[0]) == [None]
     # one name would reach two symbols of b: neither is named
     progs = {"a": _prog(["s1"], ["s1"], ranges={"s1": (1, 8)}),
              "b": _prog(["s7"], ["s8"], ranges={"s7": (1, 8), "s8": (1, 8)})}
@@ -109,14 +117,15 @@ def test_never_guesses_between_two_names_or_two_symbols():
 
 
 def test_names_render_every_expression_over_named_symbols():
-    progs = {"a": _prog(["s1", "s2"], ranges={"s1": (1, 8), "s2": (2, 16)})}
-    progs["a"]["outputs"] = [{"name": "y", "shape": [{"expr": "2*s1", "min": 2, "max": 16},
-                                                     {"expr": "Max(s1, s2)", "min": 2, "max": 16},
-                                                     {"expr": "s1 + s3", "min": 2, "max": None}]}]
-    before = copy.deepcopy(progs)
+    outputs = ({"name": "y", "dtype": "float32", "shape": [{"expr": "2*s1", "min": 2, "max": 16},
+                                                           {"expr": "Max(s1, s2)", "min": 2, "max": 16},
+                                                           {"expr": "s1 + s3", "min": 2, "max": None}]},)
+    progs = {"a": _prog(["s1", "s2"], ranges={"s1": (1, 8), "s2": (2, 16)}, outputs=outputs)}
+    before = dict(progs)
     name_dims(progs, {"a": {"s1": "batch", "s2": "seq"}})
-    assert [d.get("dim") for d in progs["a"]["outputs"][0]["shape"]] == ["2*batch", "Max(batch, seq)", None]
-    assert name_dims(before, {}) == [] and "dim" not in json.dumps(before)
+    assert _names(progs["a"].outputs[0]) == ["2*batch", "Max(batch, seq)", None]
+    assert [c.dim for c in progs["a"].range_constraints] == ["batch", "seq"]
+    assert name_dims(before, {}) == [] and "dim" not in json.dumps(before["a"].to_json())
 
 
 def test_parse_dim_option():

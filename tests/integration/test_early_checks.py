@@ -60,7 +60,7 @@ def test_samples_the_manifest_refuses_fail_before_loading(pt2reg, translator, tm
     from registry.format.manifest import Manifest
 
     good = BundleFile.open(translator)
-    raw = json.loads(json.dumps(good.manifest.raw))
+    raw = good.manifest.to_json()
     for c in raw["programs"]["encoder"]["inputs"][0]["shape"][:1]:
         c["max"] = 1  # the sample's batch is 2
     for c in raw["programs"]["encoder"]["range_constraints"]:

@@ -3,7 +3,8 @@ begin_pending takes, so the blob survives (or is gone before the push looks for 
 import hashlib
 import os
 
-from registry.client.api import Registry, _claim_alive
+from registry.client import Registry
+from registry.client.gc import _claim_alive
 from registry.config import Settings, hostname
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_inprocess import invoker
+from tests.shared import built_once
 
 pytest.importorskip("transformers")  # a test-only dependency (pyproject [dev], pinned)
 
@@ -58,11 +59,13 @@ MODELS = {
 
 @pytest.fixture(scope="session")
 def hf_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    work = tmp_path_factory.mktemp("hf")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-c", _BUILD, str(work)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    def build(work: Path) -> None:   # once per run, shared by the xdist workers
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        done = subprocess.run([sys.executable, "-c", _BUILD, str(work)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    work = built_once(tmp_path_factory, "hf", build)
     return {name: work / f"{name}.pt2b" for name in MODELS}
 
 
@@ -180,7 +183,8 @@ def test_unstandable_class_is_exit_4_naming_the_module() -> None:
     assert pytree_classes(_DC_SPEC) == [{"type": "mylib.outputs.DC", "fields": ["a", "b"], "style": "dataclass"}]
     assert leaf_paths(_DC_SPEC) == ["['a']"]
     for spec in (_NT_SPEC, _OPAQUE_SPEC):
-        manifest = SimpleNamespace(programs={"m": ProgramSpec("m", {"in_spec": None, "out_spec": spec})})
+        manifest = SimpleNamespace(programs={"m": ProgramSpec("m", (), (), (), (), (), (), (), (), None,
+                                                              in_spec=None, out_spec=spec)})
         (finding,) = pytree_class_rule(manifest, None, None)
         assert finding.severity == "error" and finding.code == "pytree-class"
         assert "--import mylib.outputs" in finding.fix

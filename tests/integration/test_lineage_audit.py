@@ -1,9 +1,9 @@
 """Issue 5: lineage and the tamper-evident audit trail, proven through the CLI contract.
 
-Every test drives ``pt2reg`` in subprocesses, on SQLite + a local directory and (integration
-tier) on real PostgreSQL + SeaweedFS. Independent read commands run side by side (a CLI call
-costs ~0.5 s, nearly all of it interpreter start-up). Raw SQL is used only to play the attacker
-who edits the database behind the registry's back, and to inject database failures.
+Every test drives ``pt2reg`` (in the test process; concurrent writers as real processes), on
+SQLite + a local directory and (integration tier) on real PostgreSQL + SeaweedFS. Raw SQL is
+used only to play the attacker who edits the database behind the registry's back, and to
+inject database failures.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.fixtures_pt2 import run_cli
+from tests.fixtures_pt2 import cli_process, run_cli
 
 BACKENDS = pytest.mark.parametrize(
     "reg_env", ["local", pytest.param("team", marks=pytest.mark.integration)], indirect=True)
@@ -49,10 +49,9 @@ def _one_line_error(r: subprocess.CompletedProcess, code: int, *needles: str) ->
     return lines[0]
 
 
-def _parallel(reg_env, *calls: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
-    """Run independent CLI calls at once; results in call order."""
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(lambda args: reg_env.cli(*args), calls))
+def _parallel(reg_env, *calls: tuple[str, ...]) -> list:
+    """Run independent CLI calls (in process, one after the other); results in call order."""
+    return [reg_env.cli(*args) for args in calls]
 
 
 @contextmanager
@@ -431,7 +430,7 @@ def test_every_change_and_pull_is_audited_with_actor_host_ref_and_digest(reg_env
 
 def _run(job: tuple[dict, list[str]]) -> subprocess.CompletedProcess:
     env, args = job
-    return run_cli(*args, env=env)
+    return cli_process(*args, env=env)   # concurrent writers: real processes
 
 
 @BACKENDS

@@ -114,7 +114,7 @@ def test_a_blocked_program_does_not_block_the_others(custom_op, encdec, open_bun
 def test_baked_cpu_program_is_moved_to_another_device(baked, open_bundle):
     src = open_bundle(baked)
     line = baked_source_line()
-    assert src.manifest.programs["model"].baked_devices[0]["source"] == line
+    assert src.manifest.programs["model"].baked_devices[0].source == line
     # "meta" stands in for a GPU here: the same move_to_device_pass path, no hardware needed.
     bundle = load_bundle(src, device="meta")
     (f,) = bundle.report.findings

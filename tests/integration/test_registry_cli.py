@@ -1,12 +1,9 @@
 """Issue 3: publish, pull and lifecycle through the CLI contract, on every backend setup."""
 import json
-import subprocess
-import sys
 
 import pytest
 
 from registry.format.bundle import BundleFile
-from tests.fixtures_pt2 import ROOT
 
 
 def _json(r):
@@ -95,29 +92,21 @@ def test_gc_reclaims_unreferenced_blobs(reg_env, bundles):
     assert reg_env.cli("pull", "m", "-o", str(reg_env.home / "ok.pt2b"), home=reg_env.home / "h2").returncode == 0
 
 
-def _publisher(args):
-    """Run in a worker process: one CLI push."""
-    env, bundle = args
-    cmd = [sys.executable, "-m", "registry.cli", "push", bundle, "--name", "race/model", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    return r.returncode, r.stdout, r.stderr
-
-
 @pytest.mark.parametrize("reg_env", ["local", pytest.param("team", marks=pytest.mark.integration)],
                          indirect=True)
 def test_six_concurrent_publishers_get_six_versions(reg_env, bundles):
-    import os
     from concurrent.futures import ThreadPoolExecutor
 
-    env = {**os.environ, **reg_env.env, "PT2REG_HOME": str(reg_env.home), "PT2REG_DB": reg_env.db,
-           "PT2REG_STORE": reg_env.store, "PYTHONPATH": str(ROOT)}
     if reg_env.kind == "local":  # create the embedded database once, like a first user would
         assert reg_env.cli("list").returncode == 0
-    jobs = [(env, str(bundles[f"v{i}"])) for i in range(6)]
+
+    def publish(bundle):   # six real processes at once
+        return reg_env.cli_process("push", bundle, "--name", "race/model", "--json")
+
     with ThreadPoolExecutor(6) as pool:
-        results = list(pool.map(_publisher, jobs))
-    for code, _out, err in results:
-        assert code == 0 and err.strip() == "", err
-    numbers = sorted(json.loads(out)["version"] for _c, out, _e in results)
+        results = list(pool.map(publish, [bundles[f"v{i}"] for i in range(6)]))
+    for r in results:
+        assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    numbers = sorted(json.loads(r.stdout)["version"] for r in results)
     assert numbers == [1, 2, 3, 4, 5, 6]
     assert reg_env.cli("audit", "--verify").returncode == 0

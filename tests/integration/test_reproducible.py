@@ -129,9 +129,9 @@ def test_two_checkouts_one_digest_and_no_machine_path(two_exports, tmp_path):
 
     # baked devices: path-free sources, one warning per source line, every op in the manifest
     prog = BundleFile.open(tmp_path / "0.pt2b").manifest.programs["model"]
-    sources = sorted({b["source"] for b in prog.baked_devices})
+    sources = sorted({b.source for b in prog.baked_devices})
     assert {s.split(":")[0] for s in sources} <= {"export_model.py", "tinylib/blocks.py"}
-    assert len(results[0].warnings) == len({(b["device"], b["source"]) for b in prog.baked_devices})
+    assert len(results[0].warnings) == len({(b.device, b.source) for b in prog.baked_devices})
     arange = next(w for w in results[0].warnings if "(arange)" in w)
     assert "pos = torch.arange(x.shape[1], ..." in arange  # torch records the first line only
 
@@ -172,7 +172,7 @@ def test_programs_keep_the_order_given(pt2reg, pt2_dir, tmp_path):
     r = pt2reg("bundle", f"zdec={pt2_dir / 'decoder.pt2'}", f"aenc={pt2_dir / 'encoder.pt2'}", "-o", out)
     assert r.exit_code == 0, r.output
     manifest = BundleFile.open(out).manifest
-    assert manifest.raw["program_order"] == ["zdec", "aenc"] and list(manifest.programs) == ["zdec", "aenc"]
+    assert manifest.to_json()["program_order"] == ["zdec", "aenc"] and list(manifest.programs) == ["zdec", "aenc"]
     text = pt2reg("inspect", out).output
     assert text.index("zdec") < text.index("aenc")
     view = json.loads(pt2reg("inspect", out, "--json").output)

@@ -54,12 +54,11 @@ def test_python_api_signing(tmp_path, bundles):
     from registry.config import Settings
     from registry.errors import SignatureError
     from registry.runtime.loader import load
-    from registry.client.provenance import publish
     from registry.format.signing import generate_keypair
 
     key, pub = generate_keypair(tmp_path / "k")
     reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
-    publish(reg, bundles["ed"], "api", sign_key=key, detect_git=False)
+    reg.push(bundles["ed"], "api", sign_key=key, detect_git=False)
     src = reg.materialize("api@1")
     assert src.signatures and src.signatures[0]["algorithm"] == "ed25519"
     model = load(bundles["ed"], require_signature=[], cache_dir=tmp_path / "c")

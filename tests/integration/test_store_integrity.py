@@ -77,9 +77,9 @@ def aws_env(reg_env, monkeypatch):
 
 def _stall_push_then(monkeypatch, during_upload):
     """Run ``during_upload(claim_id)`` after push uploaded its chunks, before it publishes."""
-    import registry.client.api as client_mod
+    import registry.client.push as push_mod
 
-    real = client_mod.upload_bundle
+    real = push_mod.upload_bundle
     seen = {}
 
     def upload(bundle, blobs, progress):
@@ -87,7 +87,7 @@ def _stall_push_then(monkeypatch, during_upload):
         seen["claims"] = during_upload()
         return result
 
-    monkeypatch.setattr(client_mod, "upload_bundle", upload)
+    monkeypatch.setattr(push_mod, "upload_bundle", upload)
     return seen
 
 
@@ -183,12 +183,15 @@ def skew(monkeypatch):
     """Set the client's clock ``offset`` away from the truth (every registry module that reads
     ``datetime.now``; the store used to stamp rows and events with it)."""
     import registry.store.audit_chain
-    import registry.client.api
+    import registry.client.gc
+    import registry.client.provenance
+    import registry.sources
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client.api, registry.store.orm, registry.store.audit_chain):
+        for mod in (registry.client.gc, registry.client.provenance, registry.sources, registry.store.orm,
+                    registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 
     yield set_offset

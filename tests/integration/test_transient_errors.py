@@ -31,7 +31,8 @@ import pytest
 
 from registry.format.bundle import BundleFile
 from registry.blobs.s3 import S3BlobStore
-from tests.fixtures_pt2 import ROOT
+from tests.cli_inprocess import Completed
+from tests.fixtures_pt2 import ROOT, run_cli
 from tests.fixtures_registry import RegistryEnv
 
 # -- the fault-injecting proxy --------------------------------------------------------------------
@@ -227,16 +228,12 @@ def multipart_bundle(big_bundles) -> Path:
 
 
 def _through(reg: RegistryEnv, proxy: FaultProxy, *args: str, home: Path | None = None,
-             extra: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the CLI with S3 traffic going through ``proxy``."""
-    env = {**os.environ, **reg.env, "AWS_ENDPOINT_URL": proxy.endpoint, **(extra or {}),
-           "PT2REG_HOME": str(home or reg.home), "PT2REG_DB": reg.db, "PT2REG_STORE": reg.store,
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "registry.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=timeout)
+             extra: dict[str, str] | None = None) -> Completed:
+    """Run the CLI (in this process) with S3 traffic going through ``proxy``."""
+    return run_cli(*args, env={**reg.cli_env(home), "AWS_ENDPOINT_URL": proxy.endpoint, **(extra or {})})
 
 
-def _one_error_line(r: subprocess.CompletedProcess) -> str:
+def _one_error_line(r: Completed) -> str:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert "Traceback" not in r.stderr
@@ -400,15 +397,16 @@ def test_corrupt_blob_is_never_cached_or_served_and_recovers(reg_env: RegistryEn
 WORKERS = 8
 
 
-def _worker(args: tuple[int, dict[str, str], str, str]) -> list[tuple[list[str], int, str]]:
-    """One process's session (each command a CLI process): push, alias, pull, race the
-    others for one alias, yank, list."""
-    i, env, bundle, outdir = args
+def _session(i: int, bundle: str, outdir: str) -> None:
+    """One user's session, run in a process of its own (``_worker``), its commands one after
+    the other in that process: push, alias, pull, race the others for one alias, yank, list.
+    Prints ``[[argv, exit code, stderr], ...]`` as JSON."""
+    from tests.cli_inprocess import run_in_process
+
     results = []
 
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "registry.cli", *argv], capture_output=True, text=True,
-                           env=env, cwd=ROOT, timeout=300)
+    def cli(*argv: str):
+        r = run_in_process(*argv)
         results.append((list(argv), r.returncode, r.stderr))
         return r
 
@@ -418,7 +416,17 @@ def _worker(args: tuple[int, dict[str, str], str, str]) -> list[tuple[list[str],
     cli("alias", "set", "conc/model", "shared", str(number))        # all of them race on one alias
     cli("yank", f"conc/model@{number}", "--reason", f"worker {i} yanks")
     cli("list", "conc/model", "--json")
-    return results
+    print(json.dumps(results))
+
+
+def _worker(args: tuple[int, dict[str, str], str, str]) -> list[tuple[list[str], int, str]]:
+    """One process running ``_session``: the processes of all workers run at once."""
+    i, env, bundle, outdir = args
+    code = f"from tests.integration.test_transient_errors import _session; _session({i}, {bundle!r}, {outdir!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return [tuple(result) for result in json.loads(r.stdout)]
 
 
 @pytest.mark.slow

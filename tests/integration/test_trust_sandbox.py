@@ -23,7 +23,7 @@ from registry.format.signing import generate_keypair  # noqa: E402
 from registry.sources import materialize_file  # noqa: E402
 from registry.client.trust import glob_match, load_policy  # noqa: E402
 from tests.cli_inprocess import invoker, one_error_line
-from tests.fixtures_pt2 import run_cli  # noqa: E402
+from tests.fixtures_pt2 import cli_process  # noqa: E402
 from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2  # noqa: E402
 
 
@@ -127,11 +127,10 @@ def test_trust_policy_enforced_on_pull_verify_run_and_cached_pins(pt2reg, home, 
 def test_trust_policy_in_the_python_api_and_pt2reg_trust(home, bundles, keys, tmp_path, monkeypatch):
     from registry.client import Registry
     from registry.config import Settings
-    from registry.client.provenance import publish
 
     reg = Registry(Settings.resolve())
-    publish(reg, bundles["ed"], "team/signed", sign_key=keys["release"], detect_git=False)
-    publish(reg, bundles["v1"], "team/unsigned", detect_git=False)
+    reg.push(bundles["ed"], "team/signed", sign_key=keys["release"], detect_git=False)
+    reg.push(bundles["v1"], "team/unsigned", detect_git=False)
     elsewhere = tmp_path / "policies" / "trust.toml"
     elsewhere.parent.mkdir()
     elsewhere.write_text(rule("team/*", keys["release.pub"]))
@@ -364,7 +363,7 @@ def test_memory_bomb_is_refused_in_the_sandbox_and_the_parent_survives(pt2_dir, 
     assert not (tmp_path / "cache" / "vetted").exists()  # a failure is never remembered as vetted
     # through the CLI (a child process, itself limited): exit 5, one line, nothing loaded
     env = {"PT2REG_HOME": str(tmp_path / "home"), "PT2REG_SANDBOX": "on", "PT2REG_SANDBOX_MEMORY": "2G"}
-    r = run_cli("run", str(bomb), "--samples", env=env, preexec_fn=_limit_parent_memory, timeout=300)
+    r = cli_process("run", str(bomb), "--samples", env=env, preexec_fn=_limit_parent_memory, timeout=300)
     assert r.returncode == 5, (r.returncode, r.stderr[-2000:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "decoder" in lines[0], r.stderr

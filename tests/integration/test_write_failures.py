@@ -5,7 +5,7 @@ import resource
 import signal
 
 from registry.format.bundle import BundleFile
-from tests.fixtures_pt2 import run_cli
+from tests.fixtures_pt2 import cli_process, run_cli
 
 
 def _file_size_limit(limit: int):
@@ -24,7 +24,7 @@ def test_bundle_whose_output_cannot_be_written_is_one_line_and_leaves_nothing(pt
     limit = biggest + (size - biggest) // 2  # the scratch programs fit; the bundle does not
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    r = run_cli(*args, "-o", str(out_dir / "ed.pt2b"), preexec_fn=_file_size_limit(limit))
+    r = cli_process(*args, "-o", str(out_dir / "ed.pt2b"), preexec_fn=_file_size_limit(limit))
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: File too large: ") and str(out_dir / "ed.pt2b") in r.stderr, r.stderr

@@ -16,12 +16,12 @@ def test_live_programs_keep_dim_names_and_samples(tmp_path):
     result = bundle_exported_programs(tmp_path / "t.pt2b", {"encoder": enc, "decoder": dec},
                                       dynamic_shapes={"encoder": enc_ds, "decoder": dec_ds},
                                       samples={"encoder": [(tokens, mask)]}, metadata={"team": "nlp"})
-    programs = BundleFile.open(result.path).manifest.raw["programs"]
-    tok, msk = programs["encoder"]["inputs"]
-    assert [d["dim"] for d in tok["shape"]] == ["batch", "seq"]
-    assert msk["shape"][1]["dim"] == "seq + 1" and (msk["shape"][1]["min"], msk["shape"][1]["max"]) == (3, 17)
-    assert {c["dim"] for c in programs["encoder"]["range_constraints"]} == {"batch", "seq", "seq + 1"}
-    assert [d["dim"] for d in programs["decoder"]["inputs"][0]["shape"][:2]] == ["batch", "seq"]
+    programs = BundleFile.open(result.path).manifest.programs
+    tok, msk = programs["encoder"].inputs
+    assert [d.dim for d in tok.shape] == ["batch", "seq"]
+    assert msk.shape[1].dim == "seq + 1" and (msk.shape[1].min, msk.shape[1].max) == (3, 17)
+    assert {c.dim for c in programs["encoder"].range_constraints} == {"batch", "seq", "seq + 1"}
+    assert [d.dim for d in programs["decoder"].inputs[0].shape[:2]] == ["batch", "seq"]
     assert result.manifest.samples[0].program == "encoder"
     # a user's live program is not changed by bundling it
     assert enc.example_inputs is not None

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from registry.format.bundle import BundleFile
-from tests.fixtures_pt2 import run_cli
+from registry.format.manifest import RequiredOp
+from tests.fixtures_pt2 import cli_process, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +71,19 @@ def test_custom_op_not_importable_bundles_and_is_listed(pt2_dir, tmp_path):
     out = tmp_path / "op.pt2b"
     r = run_cli("bundle", str(pt2_dir / "custom_op.pt2"), "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr
-    prog = BundleFile.open(out).manifest.raw["programs"]["model"]
-    assert prog["required_ops"] == [{"name": "pt2reg_test::scale", "overload": "default",
-                                     "target": "torch.ops.pt2reg_test.scale.default", "schema": None}]
+    prog = BundleFile.open(out).manifest.programs["model"]
+    assert prog.required_ops == (RequiredOp("pt2reg_test::scale", "default", "torch.ops.pt2reg_test.scale.default",
+                                            None),)
 
 
 def test_custom_op_schema_recorded_when_importable(pt2_dir, tmp_path):
     out = tmp_path / "op.pt2b"
-    r = run_cli("bundle", str(pt2_dir / "custom_op.pt2"), "--import", "tests.make_models",
+    # a process of its own: importing tests.make_models registers the op for good
+    r = cli_process("bundle", str(pt2_dir / "custom_op.pt2"), "--import", "tests.make_models",
                 "--sample", f"model={pt2_dir / 'custom_op_inputs.pt'}", "-o", str(out))
     assert r.returncode == 0, r.stderr
-    op = BundleFile.open(out).manifest.raw["programs"]["model"]["required_ops"][0]
-    assert op["schema"] == "pt2reg_test::scale(Tensor x, float alpha) -> Tensor"
+    op = BundleFile.open(out).manifest.programs["model"].required_ops[0]
+    assert op.schema == "pt2reg_test::scale(Tensor x, float alpha) -> Tensor"
 
 
 def test_samples_need_the_op_and_say_so(pt2_dir, tmp_path):
@@ -100,11 +102,11 @@ def test_baked_device_warning_names_op_and_line(pt2_dir, tmp_path):
     (line,) = r.stderr.strip().splitlines()
     assert "device 'cpu' baked into 1 op at make_models.py:" in line and "(arange)" in line, line
     assert 'torch.arange(x.shape[1], device="cpu")' in line and str(pt2_dir.parent) not in line
-    baked = BundleFile.open(tmp_path / "b.pt2b").manifest.raw["programs"]["baked"]["baked_devices"]
-    arange = [b for b in baked if "arange" in b["op"]][0]
-    assert arange["device"] == "cpu" and arange["source"].split(":")[0] == "make_models.py"
-    assert arange["source"].split(":")[-1].isdigit()
-    assert 'device="cpu"' in arange["code"]
+    baked = BundleFile.open(tmp_path / "b.pt2b").manifest.programs["baked"].baked_devices
+    arange = [b for b in baked if "arange" in b.op][0]
+    assert arange.device == "cpu" and arange.source.split(":")[0] == "make_models.py"
+    assert arange.source.split(":")[-1].isdigit()
+    assert 'device="cpu"' in arange.code
 
 
 def _flip_byte(src: Path, dst: Path, member: str) -> None:

@@ -82,6 +82,22 @@ def test_every_rule_is_silent_on_a_plain_bundle():
     assert all(rule(m, CPU, None) == [] for rule in RULES)
 
 
+@pytest.mark.parametrize("allow_native", [True, False])
+def test_variant_chosen_once_per_program_and_handed_to_the_rules(monkeypatch, allow_native):
+    """``check`` chooses each program's variant once; the rules read that choice."""
+    from registry.runtime import compat
+
+    calls = []
+    choose = compat._choose
+    monkeypatch.setattr(compat, "_choose", lambda prog, *a: calls.append(prog.name) or choose(prog, *a))
+    m = manifest({"p": program(variants=(aoti(),), baked_devices=[{"op": "weight", "arg": "w", "device": "cuda:0"}]),
+                  "q": program(portable=False, variants=(aoti(vid="aoti-b"),))})
+    report = check(m, CPU, allow_native=allow_native)
+    assert sorted(calls) == ["p", "q"]
+    assert report.variants["p"].variant.id == ("aoti-cpu-x86_64" if allow_native else "portable")
+    assert ("native-code" in {f.code for f in report.findings}) is not allow_native
+
+
 def test_rules_import_no_torch():
     code = ("import sys, registry.runtime.compat, registry.runtime.inputs, registry.runtime.target; "
             "assert 'torch' not in sys.modules, 'torch imported'")

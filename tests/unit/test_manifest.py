@@ -106,3 +106,53 @@ def test_non_json_numbers_and_deep_nesting_are_manifest_errors(data):
     with pytest.raises(ManifestError) as info:
         Manifest.from_bytes(data)
     assert info.value.exit_code == 5
+
+
+def test_required_op_dispatcher_names():
+    """The key of an op in a target's ``custom_ops`` (was ``runtime.target.op_key``)."""
+    from registry.format.manifest import RequiredOp
+
+    assert RequiredOp("mylib::f", "default", "torch.ops.mylib.f.default", None).dispatcher_name == "mylib::f"
+    assert RequiredOp("quantized::add", "out", "torch.ops.quantized.add.out", None).dispatcher_name == "quantized::add.out"
+
+
+def test_typed_view_reads_every_field_and_writes_the_same_json():
+    from registry.digests import canonical_json
+    from registry.format.manifest import Dim
+
+    raw = minimal()
+    raw["programs"]["model"]["in_spec"] = None               # optional keys given as null stay given
+    raw["programs"]["model"]["constant_inputs"] = []
+    raw["programs"]["model"]["variants"].append(
+        {"id": "aoti-cpu", "kind": "aoti", "member": "programs/model.aoti.pt2", "archive_name": "model",
+         "target": {"device_key": "cpu", "compute_capability": None}})
+    raw["members"].append({"path": "programs/model.aoti.pt2", "sha256": "1" * 64, "size": 3, "role": "aoti",
+                           "chunks": [{"sha256": "1" * 64, "size": 3}]})
+    raw["samples"] = [{"name": "s", "program": "model", "member": "samples/s.safetensors", "inputs": ["input.0"],
+                       "outputs": ["output.0"], "rtol": 0, "atol": 1e-5}]
+    raw["members"].append({"path": "samples/s.safetensors", "sha256": "2" * 64, "size": 1, "role": "sample"})
+    raw["members"].sort(key=lambda e: e["path"])
+    raw["requirements"]["min_compute_capability"] = None
+    m = Manifest.from_raw(raw)
+    prog = m.programs["model"]
+    (x,) = prog.inputs
+    assert x.shape == (Dim(1, 8, "s0", "b"), 4) and x.dims[0].label == "b" and x.path == "args[0]"
+    assert prog.serialization.schema_version == (8, 20) and prog.in_spec is None and prog.constant_inputs == ()
+    assert prog.variant("aoti-cpu").target.device_key == "cpu" and prog.portable.id == "portable"
+    assert m.member("programs/model.aoti.pt2").chunks == (("1" * 64, 3),)
+    assert m.samples[0].rtol == 0 and type(m.samples[0].rtol) is int
+    assert canonical_json(m.to_json()) == m.canonical == canonical_json(raw)
+    del raw["programs"]["model"]["in_spec"], raw["requirements"]["min_compute_capability"]
+    assert canonical_json(Manifest.from_raw(raw).to_json()) == canonical_json(raw)
+
+
+def test_warnings_name_baked_devices_and_unknown_op_schemas():
+    raw = minimal()
+    raw["programs"]["model"]["baked_devices"] = [
+        {"op": "torch.ops.aten.arange.start", "arg": "device", "device": "cpu", "source": "m.py:3",
+         "code": "pos = torch.arange(n, device='cpu')"}]
+    raw["programs"]["model"]["required_ops"] = [
+        {"name": "mylib::f", "overload": "default", "target": "torch.ops.mylib.f.default", "schema": None}]
+    assert Manifest.from_raw(raw).warnings() == [
+        "program 'model': device 'cpu' baked into 1 op at m.py:3 (arange): pos = torch.arange(n, device='cpu')",
+        "program 'model': custom op mylib::f is required; its schema was not known at bundle time"]

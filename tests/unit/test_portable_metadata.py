@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from registry.atomic import USER_FILE, atomic_write, current_umask
 from registry.errors import ManifestError
-from registry.cli.views import baked_device_groups
+from registry.format.manifest import BakedDevice, baked_device_groups
 from registry.format.manifest import Manifest
 from registry.pt2.normalize import _scrub_paths, portable_source_path, portable_stack_trace
 from registry.pt2.safety import _metadata_value
@@ -84,25 +84,26 @@ def test_from_node_graph_ids_are_numbered_in_order_of_appearance():
 
 
 def _baked(op, source, code="x = f(", device="cpu"):
-    return {"op": f"torch.ops.aten.{op}.default", "arg": "device", "device": device, "source": source,
-            "code": code}
+    return BakedDevice.from_json({"op": f"torch.ops.aten.{op}.default", "arg": "device", "device": device,
+                                  "source": source, "code": code})
 
 
 def test_baked_devices_group_per_device_and_line():
     baked = [_baked("arange", "model.py:33"), _baked("ones", "model.py:33"), _baked("arange", "model.py:33"),
              _baked("zeros", "model.py:40", code="y = torch.zeros(3, device='cpu')"),
              _baked("zeros", "model.py:40", code="y = torch.zeros(3, device='cpu')", device="cuda:0"),
-             {"op": "weight", "arg": "lin.weight", "device": "cuda:0", "source": None, "code": None}]
+             BakedDevice("weight", "cuda:0", "lin.weight")]
     groups = baked_device_groups(baked)
-    assert [g["text"] for g in groups] == [
+    assert [g.text for g in groups] == [
         "device 'cpu' baked into 3 ops at model.py:33 (arange, ones): x = f( ...",
         "device 'cpu' baked into 1 op at model.py:40 (zeros): y = torch.zeros(3, device='cpu')",
         "device 'cuda:0' baked into 1 op at model.py:40 (zeros): y = torch.zeros(3, device='cpu')",
         "device 'cuda:0' baked into 1 weight (lin.weight)",
     ]
-    assert groups[0]["ops"] == ["arange", "ones"] and groups[0]["count"] == 3
+    assert groups[0].ops == ("arange", "ones") and groups[0].count == 3
+    assert groups[3].to_json()["text"] == "device 'cuda:0' baked into 1 weight (lin.weight)"
     many = baked_device_groups([_baked(f"op{i}", "m.py:1") for i in range(9)])
-    assert many[0]["head"].endswith("(op0, op1, op2, op3, op4, op5, ...)")
+    assert many[0].head.endswith("(op0, op1, op2, op3, op4, op5, ...)")
 
 
 def test_program_order_is_optional_and_checked():

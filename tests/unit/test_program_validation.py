@@ -288,7 +288,7 @@ def test_checked_in_serde_schema_matches_installed_torch():
 
 def test_no_registered_operator_with_effects_is_missing_from_the_frozen_list():
     """Recomputes the rule over every operator torch registers; a new file/process/network op
-    in a torch upgrade fails here until ``python -m registry.pt2.op_effects`` is re-run."""
+    in a torch upgrade fails here until ``python scripts/update_op_effects.py`` is re-run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -298,7 +298,8 @@ def test_no_registered_operator_with_effects_is_missing_from_the_frozen_list():
     # a fresh process: ops other tests register (custom namespaces) must not count
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", "import json; from registry.pt2.op_effects import compute; "
-                          "print(json.dumps(compute()))"], capture_output=True, text=True, cwd=root,
+                          "from registry.runtime import torchrt; "
+                          "print(json.dumps(compute(torchrt.all_op_schemas(), '')))"], capture_output=True, text=True, cwd=root,
                          check=True, timeout=300)
     fresh, frozen = json.loads(out.stdout), load_frozen()
     missing = sorted(set(fresh["ops"]) - set(frozen["ops"]))

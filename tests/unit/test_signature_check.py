@@ -8,15 +8,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.errors import InputValidationError
-from registry.pt2.exprs import ExprError
-from registry.runtime.inputs import check_inputs, format_range, parse_dim_expr, value_meta
+from registry.format.manifest import TensorSpec
+from registry.pt2.exprs import ExprError, parse_dim_expr
+from registry.runtime.inputs import check_inputs, format_range, value_meta
+
+
+def specs(entries: list[dict]) -> list[TensorSpec]:
+    """Manifest ``inputs`` entries, as the manifest parses them."""
+    return [TensorSpec.from_json(e) for e in entries]
+
 
 BATCH = {"min": 1, "max": 8, "expr": "s24", "dim": "batch"}
 SEQ = {"min": 2, "max": 16, "expr": "s81", "dim": "seq"}
 SEQ1 = {"min": 3, "max": 17, "expr": "s81 + 1", "dim": "seq + 1"}
-ENCODER = [{"name": "tokens", "dtype": "int64", "shape": [BATCH, SEQ]}]
-DECODER = [{"name": "hidden", "dtype": "float32", "shape": [BATCH, SEQ, 8]},
-           {"name": "targets", "dtype": "int64", "shape": [BATCH, SEQ1]}]
+ENCODER = specs([{"name": "tokens", "dtype": "int64", "shape": [BATCH, SEQ]}])
+DECODER = specs([{"name": "hidden", "dtype": "float32", "shape": [BATCH, SEQ, 8]},
+                 {"name": "targets", "dtype": "int64", "shape": [BATCH, SEQ1]}])
 
 
 def fail(spec, values, **kw) -> InputValidationError:
@@ -86,14 +93,14 @@ def test_derived_dim_range_is_checked_before_relations():
 def test_two_derived_dims_of_an_unseen_symbol():
     a = {"min": 3, "max": None, "expr": "s0 + 1"}
     b = {"min": 4, "max": None, "expr": "2*s0"}
-    spec = [{"name": "x", "dtype": "float32", "shape": [a]}, {"name": "y", "dtype": "float32", "shape": [b]}]
+    spec = specs([{"name": "x", "dtype": "float32", "shape": [a]}, {"name": "y", "dtype": "float32", "shape": [b]}])
     assert check_inputs(spec, [("float32", (5,)), ("float32", (8,))]) == {"s0": 4}
     e = fail(spec, [("float32", (5,)), ("float32", (10,))])
     assert "input 'y' dim 0 (2*s0) is 10, expected 8" in str(e)
 
 
 def test_unbounded_and_unnamed_dims():
-    spec = [{"name": "x", "dtype": "float32", "shape": [{"min": 2, "max": None, "expr": "s3"}]}]
+    spec = specs([{"name": "x", "dtype": "float32", "shape": [{"min": 2, "max": None, "expr": "s3"}]}])
     assert str(fail(spec, [("float32", (1,))])) == "input 'x' dim 0 is 1, allowed >= 2"
     assert check_inputs(spec, [("float32", (10 ** 6,))]) == {"s3": 10 ** 6}
 
@@ -105,9 +112,9 @@ def test_device_is_checked_when_given():
 
 
 def test_non_tensor_inputs():
-    spec = [{"name": "scale", "dtype": "float", "shape": None, "value": 2.0},
-            {"name": "n", "dtype": "int", "shape": None},
-            {"name": "opt", "dtype": "none", "shape": None}]
+    spec = specs([{"name": "scale", "dtype": "float", "shape": None, "value": 2.0},
+                  {"name": "n", "dtype": "int", "shape": None},
+                  {"name": "opt", "dtype": "none", "shape": None}])
     check_inputs(spec, [2.0, 3, None])
     assert "exported with the constant 2.0" in str(fail(spec, [3.0, 3, None]))
     assert str(fail(spec, [2.0, True, None])) == "input 'n' must be a int, got bool"
@@ -138,7 +145,7 @@ def test_parse_rejects_anything_else(text):
 
 
 def test_unreadable_expression_is_range_checked_only():
-    spec = [{"name": "x", "dtype": "float32", "shape": [{"min": 1, "max": 4, "expr": "sqrt(s0)"}]}]
+    spec = specs([{"name": "x", "dtype": "float32", "shape": [{"min": 1, "max": 4, "expr": "sqrt(s0)"}]}])
     assert check_inputs(spec, [("float32", (3,))]) == {}
     assert "allowed 1..4" in str(fail(spec, [("float32", (5,))]))
 
@@ -162,7 +169,7 @@ def test_bool_tensor_is_not_a_python_bool():
     """A bool *tensor* input (an attention mask) shares the dtype name with a Python bool."""
     from registry.runtime.inputs import check_inputs
 
-    spec = [{"name": "mask", "dtype": "bool", "shape": [2, 3], "kind": "positional", "path": "args[0]"}]
+    spec = specs([{"name": "mask", "dtype": "bool", "shape": [2, 3], "kind": "positional", "path": "args[0]"}])
     import torch
 
     check_inputs(spec, [torch.ones(2, 3, dtype=torch.bool)])

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from registry.errors import UsageError
-from registry.runtime.target import TARGET_FORMAT, OpInfo, Target, op_key
+from registry.runtime.target import TARGET_FORMAT, OpInfo, Target
 
 CUDA_BOX = {
     "torch_version": "2.13.0", "serde_schema": [8, 20], "device_type": "cuda", "compute_capability": [9, 0],
@@ -40,11 +40,6 @@ def test_target_is_immutable_and_hashable():
     with pytest.raises(TypeError):
         t.custom_ops["x::y"] = OpInfo(None)  # type: ignore[index]
     assert hash(t) == hash(Target("2.13.0", (8, 20), "cpu", custom_ops={"a::b": OpInfo(None, ("CPU",))}))
-
-
-def test_op_key_uses_dispatcher_names():
-    assert op_key("mylib::f", "default") == "mylib::f"
-    assert op_key("quantized::add", "out") == "quantized::add.out"
 
 
 @pytest.mark.parametrize("change, words", [

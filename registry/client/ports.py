@@ -1,0 +1,135 @@
+"""The two interfaces ``Registry`` reaches its storage through: the seam a remote client fills.
+
+``Registry`` holds a ``MetadataStore`` (versions, aliases, lineage, audit, push claims) and a
+``BlobStore`` (``registry.blobs``: content-addressed bytes). Today they are
+``registry.store.SqlMetadataStore`` (SQLite/PostgreSQL) and a local or S3 blob store; an HTTP
+client that talks to a registry server implements the same two protocols, and ``Registry``,
+the CLI and ``registry.load`` work unchanged over it::
+
+    >>> reg = Registry(meta=HttpMetadataStore(url), blobs=HttpBlobStore(url))   # doctest: +SKIP
+
+Both are structural (``typing.Protocol``): an implementation needs no base class. Records
+cross the seam as the frozen dataclasses of ``registry.store.records``, never as rows or
+sessions.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from ..blobs.base import BlobStore
+
+if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
+    from ..refs import Ref
+    from ..store.audit_chain import ChainVerdict
+    from ..store.records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+                                 PendingPush, SignatureRecord, VersionRecord)
+
+__all__ = ["MetadataStore", "BlobStore"]
+
+
+@runtime_checkable
+class MetadataStore(Protocol):
+    """What ``Registry`` needs of the metadata: the methods of ``SqlMetadataStore`` it calls.
+
+    Every write is one transaction and audited; every read returns frozen records. Errors are
+    ``RegistryError`` subclasses (NotFoundError, ConflictError, StoreError, ...), never a
+    backend's own exceptions.
+    """
+
+    def close(self) -> None:
+        """Release connections; the store is not used afterwards."""
+
+    # -- versions ---------------------------------------------------------------------------
+    def publish(self, name: str, digest: str, manifest_json: str, size: int,
+                blobs: Iterable[tuple[str, int]], *, aliases: Iterable[str] = (),
+                metadata: Mapping[str, Any] | None = None, build: Mapping[str, Any] | None = None,
+                lineage: Iterable[LineageEdge] = (), signatures: Iterable[Mapping[str, Any]] = (),
+                environment: Mapping[str, Any] | None = None, actor: str, host: str,
+                ref_for_audit: str | None = None, claim: int | None = None,
+                missing_blobs: Callable[[list[str]], list[str]] | None = None,
+                ) -> tuple[VersionRecord, bool]:
+        """Record a version with its blobs, lineage, signatures and aliases: ``(version, created)``."""
+
+    def resolve(self, ref: Ref) -> VersionRecord:
+        """The version a ref names (latest non-yanked, number, alias or digest)."""
+
+    def build_info(self, name: str, number: int) -> dict[str, Any] | None:
+        """The build record published with a version, if any."""
+
+    def signatures(self, name: str, number: int) -> list[SignatureRecord]:
+        """Signatures recorded for a version, oldest first."""
+
+    def list_models(self) -> list[ModelRecord]:
+        """Every model, by name."""
+
+    def list_versions(self, name: str) -> list[VersionRecord]:
+        """Every version of a model, by number."""
+
+    def set_alias(self, name: str, alias: str, number: int, *, actor: str, host: str,
+                  ref_for_audit: str | None = None) -> AliasRecord:
+        """Point ``alias`` at ``name@number``."""
+
+    def remove_alias(self, name: str, alias: str, *, actor: str, host: str,
+                     ref_for_audit: str | None = None) -> AliasRecord:
+        """Delete an alias; returns where it pointed."""
+
+    def set_status(self, name: str, number: int, status: str, reason: str | None, *,
+                   actor: str, host: str, ref_for_audit: str | None = None) -> VersionRecord:
+        """Deprecate, yank or restore a version."""
+
+    def alias_at(self, name: str, alias: str, when: datetime) -> int | None:
+        """The version number ``name@alias`` pointed at ``when`` (None: nowhere)."""
+
+    # -- lineage ----------------------------------------------------------------------------
+    def ancestors(self, name: str, number: int) -> list[LineageNode]:
+        """The version and every version it derives from, nearest first."""
+
+    def descendants(self, name: str, number: int) -> list[LineageNode]:
+        """The version and every version derived from it, nearest first."""
+
+    def versions_from_dataset(self, uri: str, *, digest: str | None = None) -> list[LineageNode]:
+        """Versions trained on a dataset and everything derived from them."""
+
+    # -- audit ------------------------------------------------------------------------------
+    def record_event(self, action: str, *, actor: str, host: str, model: str | None = None,
+                     number: int | None = None, digest: str | None = None, ref: str | None = None,
+                     details: Mapping[str, Any] | None = None) -> AuditEvent:
+        """Append an event that changes no state (pull, load)."""
+
+    def events(self, model: str | None = None, since: datetime | None = None) -> list[AuditEvent]:
+        """Audit events in chain order."""
+
+    def audit_hashes(self, seqs: Sequence[int] = ()) -> tuple[tuple[int, str] | None, dict[int, str]]:
+        """The newest event's ``(seq, hash)`` and the hashes of the events ``seqs``."""
+
+    def verify_audit_chain(self) -> ChainVerdict:
+        """Re-walk the chain and replay it against the registry's state."""
+
+    def verify_version_contents(self) -> ChainVerdict | None:
+        """None when every version's manifest and blob records agree with its digest."""
+
+    # -- push claims and gc -----------------------------------------------------------------
+    def begin_pending(self, blobs: Iterable[str], host: str, pid: int) -> int:
+        """Claim the blobs a push is uploading, so gc spares them; returns the claim id."""
+
+    def heartbeat_pending(self, claim_id: int) -> bool:
+        """Refresh a claim; False when gc already reaped it."""
+
+    def end_pending(self, claim_id: int) -> None:
+        """Release a claim (idempotent)."""
+
+    def pending_claims(self) -> list[PendingPush]:
+        """Every open claim, oldest first."""
+
+    def db_now(self) -> datetime:
+        """The store's clock (claims are judged by it, not by the client's)."""
+
+    def referenced_blobs(self) -> set[str]:
+        """Digests of every blob some version references."""
+
+    def sweep_blobs(self, candidates: Iterable[tuple[str, int]], *,
+                    is_alive: Callable[[PendingPush, datetime], bool],
+                    delete: Callable[[str], None], actor: str, host: str,
+                    released: list[int] | None = None) -> list[tuple[str, int]]:
+        """Delete unreferenced, unclaimed blobs under the gc lock; returns what was deleted."""

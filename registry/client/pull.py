@@ -1,0 +1,84 @@
+"""Fetching a version: a ref resolved once, its members made verified files in the local cache,
+and the bundle file rebuilt from them. ``Registry.materialize`` and ``Registry.pull`` are the
+public entry points; this module holds their bodies.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ..blobs.base import ProgressFn
+from ..errors import IntegrityError
+from ..format.bundle import write_bundle
+from ..format.manifest import Manifest
+from ..refs import Ref
+from ..sources import BlobCache, MaterializedBundle
+from .ports import BlobStore, MetadataStore
+from .transfer import fetch_members
+
+if TYPE_CHECKING:
+    from ..store.records import VersionRecord
+
+__all__ = ["Located", "PullResult", "fetch_version", "rebuild_bundle"]
+
+
+@dataclass(frozen=True)
+class Located:
+    """A ref resolved once (``Registry.locate``): the version the database names, or, for a
+    digest pin this machine holds whole, the cached bundle (no database contact)."""
+
+    ref: Ref
+    version: VersionRecord | None = None
+    cached: MaterializedBundle | None = None
+
+    @property
+    def size(self) -> int:
+        if self.version is not None:
+            return self.version.size
+        assert self.cached is not None
+        return self.cached.manifest.total_size
+
+    @property
+    def label(self) -> str:
+        return f"{self.version.name}@{self.version.number}" if self.version is not None else str(self.ref)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    path: Path
+    version: VersionRecord
+    source: MaterializedBundle
+    warnings: tuple[str, ...] = ()
+
+
+def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord, *,
+                  enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
+                  progress: ProgressFn | None = None) -> MaterializedBundle:
+    """Every member of ``version`` as a verified file in ``cache``. ``enforce_trust`` (the
+    trust policy) sees the digest and signatures before any blob is fetched."""
+    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
+    if manifest.digest != version.digest:
+        raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
+                             f"its digest {version.digest}", hint="the metadata database was altered")
+    sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
+    src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
+                                           name=version.name, version=version.number))
+    files = fetch_members(manifest, blobs, cache, progress)
+    cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
+    cache.remember_name(version.digest, version.name)
+    return MaterializedBundle(manifest, files, sigs, label=src.label, name=src.name, version=src.version,
+                              trusted_signers=src.trusted_signers)
+
+
+def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | os.PathLike[str],
+                   build: dict | None) -> PullResult:
+    """Write the bundle file of a materialized version at ``out`` (atomically), with its build
+    record and signatures; a yanked or deprecated version says so in the warnings."""
+    sources = {path: (lambda p=p: open(p, "rb")) for path, p in src.files.items()}
+    write_bundle(out, src.manifest, sources, build=build, signatures=src.signatures or None)
+    warnings = []
+    if version.status in ("yanked", "deprecated"):
+        warnings.append(f"{version.name}@{version.number} is {version.status}: {version.status_reason}")
+    return PullResult(Path(out), version, src, tuple(warnings))

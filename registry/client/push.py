@@ -1,0 +1,107 @@
+"""The push protocol: claim, upload, record -- so an interrupted push never leaves a version.
+
+1. the bundle is opened and checked (signature entries well formed, every program vetted as
+   the loader will vet it) before anything is sent;
+2. the blobs it will write are *claimed* in the metadata store (gc spares claimed blobs) and
+   the claim is kept alive by a heartbeat while the upload runs;
+3. every blob is uploaded (each verified by the store, chunked members re-hashed whole);
+4. the version, aliases, lineage, signatures and audit event are recorded in one transaction
+   that fails if gc reaped the claim meanwhile or a blob is missing; the claim is released.
+
+``Registry.push`` is the public entry point; this module holds its body.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ..blobs.base import ProgressFn, run_parallel
+from ..config import actor, hostname
+from ..format.bundle import BundleFile
+from ..format.signing import check_signature_entries
+from ..pt2.reader import check_bundle_programs
+from .ports import BlobStore, MetadataStore
+from .transfer import bundle_parts, upload_bundle
+
+if TYPE_CHECKING:
+    from ..store.records import LineageEdge, VersionRecord
+
+__all__ = ["PushResult", "push_bundle", "HEARTBEAT_SECONDS"]
+
+#: how often a push refreshes its claim; gc treats a claim silent for 6 beats as dead
+HEARTBEAT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class PushResult:
+    version: VersionRecord
+    created: bool
+    uploaded_bytes: int
+    skipped_bytes: int
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.version.name}@{self.version.number}"
+
+
+class _Heartbeat:
+    """Keeps a pending-push claim alive while a long upload runs."""
+
+    def __init__(self, meta: MetadataStore, pending_id: int) -> None:
+        self._meta, self._id = meta, pending_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self._meta.heartbeat_pending(self._id)
+            except Exception:  # a missed heartbeat only shortens the claim; never kill the upload
+                pass
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name: str, *,
+                aliases: Sequence[str] = (), lineage: Sequence[LineageEdge] = (),
+                signatures: Sequence[Mapping[str, Any]] = (), environment: Mapping[str, Any] | None = None,
+                progress: ProgressFn | None = None) -> PushResult:
+    """Upload every blob of ``bundle``, then record the version (steps 1-4 above). ``name`` and
+    ``aliases`` are validated by the caller; ``signatures`` are added to the bundle's own."""
+    manifest = bundle.manifest
+    sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
+    check_bundle_programs(bundle)  # torch will only ever read what the loader can vet
+    parts = bundle_parts(bundle)
+    pending = meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
+                                 host=hostname(), pid=os.getpid())
+
+    def missing_blobs(digests: list[str]) -> list[str]:
+        """The digests the blob store lacks (stat / HEAD, several at once), in order."""
+        present = run_parallel(blobs.exists, digests, 8) if digests else []
+        return [d for d, ok in zip(digests, present) if not ok]
+
+    try:
+        with _Heartbeat(meta, pending):
+            uploaded, skipped = upload_bundle(bundle, blobs, progress)
+            blobs.put_bytes(manifest.canonical, manifest.digest)
+            stored = sorted({(p.digest, p.size) for p in parts})
+            version, created = meta.publish(
+                name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
+                stored + [(manifest.digest, len(manifest.canonical))],
+                aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
+                lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
+                environment=environment, claim=pending, missing_blobs=missing_blobs)
+    finally:
+        meta.end_pending(pending)
+    warnings = () if created else (f"identical content is already {version.name}@{version.number}; "
+                                   f"no new version was created",)
+    return PushResult(version, created, uploaded, skipped, warnings)
