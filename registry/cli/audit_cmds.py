@@ -7,23 +7,14 @@ import click
 
 from ._core import App, emit_json, pass_app
 from .render import clean, console, esc
+from .views import event_json, node_json
 
 if TYPE_CHECKING:
-    from ..store.records import AuditEvent, LineageNode, VersionRecord
+    from ..store.records import LineageNode, VersionRecord
 
 __all__ = ["lineage", "audit", "lineage_dot"]
 
 _KIND_LABEL = {"dataset": "dataset", "run": "run", "commit": "commit", "code": "code"}
-
-
-def node_json(n: LineageNode) -> dict[str, Any]:
-    return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
-            "depth": n.depth, "aliases": sorted(n.aliases or []),
-            "created_by": n.created_by,
-            "created_at": n.created_at.isoformat() if n.created_at else None,
-            "environment": n.environment,
-            "edges": [{"kind": e.kind, "value": e.value, "digest": e.digest, "extra": e.extra}
-                      for e in n.edges]}
 
 
 def _quote(text: str) -> str:
@@ -136,12 +127,6 @@ def lineage(app: App, ref: str | None, descendants: bool, dataset: str | None, a
         click.echo(lineage_dot(nodes))
     else:
         _print_tree(root, nodes, descendants)
-
-
-def event_json(e: AuditEvent) -> dict[str, Any]:
-    return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
-            "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
-            "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
 
 
 @click.command()

@@ -1,26 +1,15 @@
 """Registry commands: push, pull, list, show, alias, deprecate, yank, gc, db."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size
-
-if TYPE_CHECKING:
-    from ..store.records import VersionRecord
+from .views import version_json
 
 __all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db"]
-
-
-def version_json(v: VersionRecord) -> dict[str, Any]:
-    return {
-        "name": v.name, "version": v.number, "digest": v.digest, "size": v.size,
-        "status": v.status, "status_reason": v.status_reason,
-        "created_at": str(v.created_at), "created_by": v.created_by,
-        "aliases": sorted(v.aliases or []), "metadata": dict(v.metadata or {}),
-    }
 
 
 @click.command()

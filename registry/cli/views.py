@@ -1,14 +1,19 @@
-"""The inspect view of a bundle (file or registry ref) as plain JSON values."""
+"""The CLI's JSON documents: a version, a lineage node, an audit event, and the inspect view of a
+bundle (file or registry ref). One shape per record, so ``--json`` output (and a server that
+answers with the same documents) cannot drift apart."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..format.bundle import BundleFile
 from ..format.manifest import Manifest, baked_device_groups
 from ..refs import Ref
 from ..sources import parse_source
 
-__all__ = ["inspect_source", "bundle_view"]
+if TYPE_CHECKING:
+    from ..store.records import AuditEvent, LineageNode, VersionRecord
+
+__all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_json"]
 
 
 def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
@@ -34,3 +39,28 @@ def inspect_source(target: str, registry: Callable[[], Any]) -> tuple[Manifest, 
     manifest = Manifest.from_bytes(version.manifest_json.encode("utf-8"))
     return manifest, {"ref": f"{version.name}@{version.number}", "name": version.name,
                       "version": version.number, "status": version.status}
+
+
+def version_json(v: VersionRecord) -> dict[str, Any]:
+    return {
+        "name": v.name, "version": v.number, "digest": v.digest, "size": v.size,
+        "status": v.status, "status_reason": v.status_reason,
+        "created_at": str(v.created_at), "created_by": v.created_by,
+        "aliases": sorted(v.aliases or []), "metadata": dict(v.metadata or {}),
+    }
+
+
+def node_json(n: LineageNode) -> dict[str, Any]:
+    return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
+            "depth": n.depth, "aliases": sorted(n.aliases or []),
+            "created_by": n.created_by,
+            "created_at": n.created_at.isoformat() if n.created_at else None,
+            "environment": n.environment,
+            "edges": [{"kind": e.kind, "value": e.value, "digest": e.digest, "extra": e.extra}
+                      for e in n.edges]}
+
+
+def event_json(e: AuditEvent) -> dict[str, Any]:
+    return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
+            "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
+            "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
