@@ -12,6 +12,10 @@ __all__ = [
     "ENV_S3_MULTIPART_THRESHOLD", "S3_MULTIPART_THRESHOLD", "s3_multipart_threshold",
 ]
 
+#: the directory that holds the ``registry`` package: the repository root in a checkout (where
+#: ``schema/`` and ``migrations/`` live), ``site-packages`` when installed. Modules use this
+#: instead of counting ``parents`` of their own path, so moving a module cannot break it.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 VERSION = "0.1.0"  # the package version (pyproject.toml reads it from here)
 ENV_HOME = "PT2REG_HOME"
 ENV_DB = "PT2REG_DB"

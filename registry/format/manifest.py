@@ -19,11 +19,10 @@ import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from importlib import resources
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Union
 
-from ..constants import BUNDLE_FORMAT
+from ..constants import BUNDLE_FORMAT, PACKAGE_PARENT
 from ..digests import canonical_json, digest_of_bytes
 from ..errors import ManifestError, UnsupportedFormatError
 
@@ -38,7 +37,7 @@ def load_schema() -> dict[str, Any]:
     try:
         text = resources.files("registry._schema").joinpath("manifest.schema.json").read_text("utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
-        text = (Path(__file__).resolve().parents[2] / "schema" / "manifest.schema.json").read_text("utf-8")
+        text = (PACKAGE_PARENT / "schema" / "manifest.schema.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..constants import PACKAGE_PARENT
+
 __all__ = ["SandboxConfig", "vet_program", "vet_programs", "ENV_SANDBOX", "ENV_SANDBOX_MEMORY",
            "ENV_SANDBOX_SECONDS", "parse_size", "vetted_path"]
 
@@ -203,7 +205,7 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
     if classes:  # library output classes: the child stands in for them as the loader does
         cmd += ["--pytree-classes", json.dumps(classes)]
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])  # the directory holding the registry package
+    root = str(PACKAGE_PARENT)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_SANDBOX] = "off"  # the child never recurses
     label = src.label or src.digest

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy import exc as sa_exc
 
+from ..constants import PACKAGE_PARENT
 from ..errors import DatabaseOutdatedError, StoreError
 from .engine import MIGRATION_LOCK_KEY, WRITE_OPTION, advisory_lock, redacted_url, translate_error
 
@@ -46,7 +47,7 @@ def script_location() -> Path:
     try:
         root = importlib.resources.files("registry._migrations")
     except ModuleNotFoundError:
-        root = Path(__file__).resolve().parents[2] / "migrations"
+        root = PACKAGE_PARENT / "migrations"
     if not isinstance(root, Path) or not (root / "env.py").is_file():
         raise StoreError("the database migrations are missing from this installation",
                          hint="reinstall pt2-registry")

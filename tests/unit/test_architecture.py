@@ -62,3 +62,23 @@ def test_manifest_json_is_read_only_by_the_manifest_module():
     from registry.format.manifest import Manifest
 
     assert not hasattr(Manifest, "raw")
+
+
+def test_data_beside_the_package_is_found_from_one_place():
+    """``schema/`` and ``migrations/`` (a checkout run without installing) and the sandbox
+    child's ``PYTHONPATH`` are all found from ``PACKAGE_PARENT``, never by counting ``parents``
+    of a module's own path (moving modules into packages broke two such counts once)."""
+    import re
+
+    from registry.constants import PACKAGE_PARENT
+    from registry.format.manifest import load_schema
+
+    assert PACKAGE_PARENT == ROOT and (PACKAGE_PARENT / "registry" / "__init__.py").is_file()
+    assert (PACKAGE_PARENT / "schema" / "manifest.schema.json").is_file()
+    assert (PACKAGE_PARENT / "migrations" / "env.py").is_file()
+    assert load_schema()["properties"]
+    counted = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "registry").rglob("*.py"))
+               if p != ROOT / "registry" / "constants.py"
+               for i, line in enumerate(p.read_text("utf-8").splitlines(), 1)
+               if re.search(r"__file__\)?[.\w()]*\.(parents\[|parent\.parent)", line)]
+    assert counted == []
