@@ -279,7 +279,5 @@ def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry
         return registry.enforce_trust(source, require_signature=keys)
     where = parse_source(source)
     if isinstance(where, Ref):
-        src = registry.materialize(where, progress=progress)
-    else:
-        src = registry.open_file(where, progress=progress)
-    return registry.enforce_trust(src, require_signature=keys) if keys else src
+        return registry.materialize(where, progress=progress, require_signature=keys)
+    return registry.open_file(where, progress=progress, require_signature=keys)

@@ -148,27 +148,34 @@ class Registry:
         return establish_trust(src, self.trust_policy, require_signature=require_signature,
                                is_file=src.name is None)
 
-    def open_file(self, path: str | os.PathLike[str], *, progress: ProgressFn | None = None
-                  ) -> MaterializedBundle:
-        """A bundle file verified into the cache, the trust policy's file rules enforced."""
-        return self.enforce_trust(materialize_file(path, self.cache_dir, progress))
+    def open_file(self, path: str | os.PathLike[str], *, progress: ProgressFn | None = None,
+                  require_signature: Sequence[str] = ()) -> MaterializedBundle:
+        """A bundle file verified into the cache, the trust policy's file rules and the
+        ``require_signature`` keys enforced."""
+        return self.enforce_trust(materialize_file(path, self.cache_dir, progress),
+                                  require_signature=require_signature)
 
     def materialize(self, ref: str | Ref | Located, *, progress: ProgressFn | None = None,
-                    record: str | None = "pull") -> MaterializedBundle:
+                    record: str | None = "pull", require_signature: Sequence[str] = ()) -> MaterializedBundle:
         """Resolve ``ref`` (once) and make every member a verified file in the local cache.
 
         The trust policy is enforced first: a model a rule names must carry a valid signature
         by one of its keys (SignatureError, exit 5, before any blob is fetched); the result's
-        ``trusted_signers`` lists the trusted keys that signed it. ``record`` is the audit
-        action (None: none).
+        ``trusted_signers`` lists the trusted keys that signed it. ``require_signature`` (public
+        key paths): one of them must have signed it too, checked at the same point. ``record``
+        is the audit action (None: none).
         """
         where = ref if isinstance(ref, Located) else self.locate(ref)
+
+        def enforce(src: MaterializedBundle) -> MaterializedBundle:
+            return self.enforce_trust(src, require_signature=require_signature)
+
         if where.cached is not None:
-            src = self.enforce_trust(where.cached)
+            src = enforce(where.cached)
         else:
             assert where.version is not None
             src = fetch_version(self.meta, self.blobs, self.cache, where.version,
-                                enforce_trust=self.enforce_trust, progress=progress)
+                                enforce_trust=enforce, progress=progress)
         if record and src.version is None and self._meta is None:  # served from the cache alone
             self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
                                ref=str(where.ref))
@@ -182,17 +189,13 @@ class Registry:
         """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
 
         With ``require_signature`` (public key paths), the version must carry a valid signature
-        by one of them, checked before anything is written. The trust policy is enforced by
-        ``materialize`` first (exit 5 naming the model and the missing signer).
+        by one of them. Both it and the trust policy are enforced by ``materialize`` before any
+        blob is fetched (exit 5 naming the model and the missing signer).
         """
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
-        src = self.materialize(where, progress=progress)
-        if require_signature:
-            from ..format.signing import require_signature as check
-
-            check(src, require_signature)
+        src = self.materialize(where, progress=progress, require_signature=require_signature)
         return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -4,6 +4,7 @@ public entry points; this module holds their bodies.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,7 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     files = fetch_members(manifest, blobs, cache, progress)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
-    return MaterializedBundle(manifest, files, sigs, label=src.label, name=src.name, version=src.version,
-                              trusted_signers=src.trusted_signers)
+    return dataclasses.replace(src, files=files)
 
 
 def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | os.PathLike[str],

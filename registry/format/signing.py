@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from ..errors import NotFoundError, SignatureError, UsageError
 
-__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "require_signature", "key_id_of",
+__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of",
            "public_key_from_pem", "valid_signer"]
 
 _DOMAIN = b"pt2-registry/bundle/v1\n"
@@ -203,11 +203,3 @@ def verify_signatures(digest: str, signatures: Iterable[dict[str, Any]], pubkey_
         raise SignatureError(f"{digest} is not signed", hint="a signature from a required key is needed")
     raise SignatureError(f"{digest} is not signed by any required key "
                          f"({', '.join(k[:19] + '...' for k in keys)})")
-
-
-def require_signature(src: Any, pubkey_paths: Iterable[str]) -> str | None:
-    """Check a MaterializedBundle's signatures when keys are required (no-op without keys)."""
-    paths = list(pubkey_paths)
-    if not paths:
-        return None
-    return verify_signatures(src.digest, src.signatures, paths)

@@ -441,8 +441,8 @@ def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
         chosen, reason, native = choice.variant, choice.reason, choice.passed_over
         if chosen is None:
             if native is not None:
-                out.append(Finding(
-                    "error", "native-code", name,
+                out.append(_err(
+                    "native-code", name,
                     f"program {name!r} has only AOTInductor variants (native code) and {native.id!r} is not "
                     f"allowed: the bundle is not signed by a key trusted here",
                     "a compiled shared library runs with this process's rights and cannot be vetted like a graph",
