@@ -10,6 +10,7 @@ program to run, and therefore its ops registered (``--import``).
 """
 from __future__ import annotations
 
+import filecmp
 import os
 import re
 import shutil
@@ -18,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .format.bundle import write_bundle
+from .format.bundle import PLACEHOLDER, FileRange, write_bundle
 from .format.zipsafe import read_entries
-from .format.chunking import MIN_CHUNK, MIN_MEMBER, hash_chunks, plan_chunks
+from .format.chunking import MIN_CHUNK, MIN_MEMBER, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
 from .format.manifest import AotiTarget, Manifest, Member, ProgramSpec, Sample, Variant, baked_device_groups, evolve
 from .pt2.graph import HARDWARE_DTYPES
-from .pt2.normalize import normalize_pt2
+from .pt2.normalize import fill_holes, normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
 
 __all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
@@ -104,31 +105,56 @@ class _Builder:
         self.programs: dict[str, ProgramSpec] = {}
         self.members: dict[str, Member] = {}             # path -> member entry
         self.files: dict[str, Path] = {}                 # path -> local file with its bytes
+        self.ranges: dict[str, tuple[FileRange, ...]] = {}  # path -> where its bytes are (holes)
+        self.filled: set[Path] = set()                   # scratch files whose holes were filled
         self.by_sha: dict[str, str] = {}                 # sha256 -> member path (dedup)
         self.normalized: dict[str, tuple[Path, Pt2Archive]] = {}  # program -> portable file
         self.where: dict[str, str] = {}                  # program -> the user's file (for errors)
         self.warnings: list[str] = []
 
-    def add_file(self, path: str, local: Path, role: str, extra_spans: Sequence[tuple[int, int]] = ()) -> str:
+    def add_file(self, path: str, local: Path, role: str, extra_spans: Sequence[tuple[int, int]] = (),
+                 ranges: tuple[FileRange, ...] = ()) -> str:
+        """List ``local`` as member ``path`` (its bytes are ``ranges`` when the file has holes,
+        see ``normalize_pt2``). A member of ``MIN_MEMBER`` bytes or more is chunked (at its zip
+        entries for a program) and not read here: its chunks are hashed while the bundle is
+        written, on every core. An identical file already listed is reused."""
         size = local.stat().st_size
-        chunks = None
-        if role in ("program", "aoti") and size >= MIN_MEMBER:
-            spans = [(e.data_offset, e.size) for e in read_entries(local).values()
-                     if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra_spans)]
-            spans += extra_spans  # an entry holding several weights is split at them instead
-            sha, hashed = hash_chunks(local, plan_chunks(spans, size))
-            chunks = tuple((h, n) for h, n in hashed)
+        ranges = ranges or (FileRange(local, 0, size),)
+        if size >= MIN_MEMBER:
+            spans: list[tuple[int, int]] = []
+            if role in ("program", "aoti"):
+                spans = [(e.data_offset, e.size) for e in read_entries(local).values()
+                         if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra_spans)]
+                spans += extra_spans  # an entry holding several weights is split at them instead
+            chunks = tuple((PLACEHOLDER, n) for _start, n in plan_chunks(spans, size))
+            same = next((p for p, m in self.members.items() if m.role == role and m.size == size
+                         and [n for _, n in m.chunks] == [n for _, n in chunks]
+                         and _outside(self.ranges[p], self.files[p]) == _outside(ranges, local)
+                         and filecmp.cmp(self.files[p], local, shallow=False)), None)
+            if same is not None:
+                return same
+            member = Member(path, None, size, role, chunks)
         else:
             with open(local, "rb") as f:
                 sha, size = sha256_stream(f)
-        if sha in self.by_sha and self.members[self.by_sha[sha]].role == role:
-            return self.by_sha[sha]
+            if sha in self.by_sha and self.members[self.by_sha[sha]].role == role:
+                return self.by_sha[sha]
+            self.by_sha[sha] = path
+            member = Member(path, sha, size, role)
         if path in self.members:
             raise UsageError(f"two different files would be stored as {path!r}")
-        self.members[path] = Member(path, sha, size, role, chunks or ())  # "chunks" written when there are some
+        self.members[path] = member
         self.files[path] = local
-        self.by_sha[sha] = path
+        self.ranges[path] = ranges
         return path
+
+    def whole_file(self, path: str) -> Path:
+        """The local file of member ``path`` with its holes filled (for steps that load it)."""
+        local = self.files[path]
+        if local not in self.filled:
+            fill_holes(local, self.ranges[path])
+            self.filled.add(local)
+        return local
 
     def add_program(self, src: ProgramInput, index: int) -> None:
         where = os.fspath(src.path)
@@ -136,15 +162,17 @@ class _Builder:
             raise NotFoundError(f"program file {where} not found", what="file", name=where)
         archive = open_pt2(where, where=where)
         norm = self.work / f"p{index}.pt2"
-        normalize_pt2(archive, norm)
+        # a portable program's weights stay where they are: the bundle copies them once
+        ranges = normalize_pt2(archive, norm, holes=bool(archive.programs))
         archive = open_pt2(norm, where=where, canonical=True,
                            dim_names={p: dict(src.dim_names) for p in archive.programs})
         if archive.programs:
-            self._add_portable(src, archive, norm, where)
+            self._add_portable(src, archive, norm, where, ranges)
         else:
             self._add_aoti(src, archive, norm, where)
 
-    def _add_portable(self, src: ProgramInput, archive: Pt2Archive, norm: Path, where: str) -> None:
+    def _add_portable(self, src: ProgramInput, archive: Pt2Archive, norm: Path, where: str,
+                      ranges: tuple[FileRange, ...]) -> None:
         inner = list(archive.programs)
         if src.name is not None and len(inner) != 1:
             raise UsageError(f"{where} holds {len(inner)} programs ({', '.join(inner)}); "
@@ -154,7 +182,7 @@ class _Builder:
             if name in self.programs:
                 raise UsageError(f"program {name!r} given twice",
                                  hint="give an AOTInductor package the same name to add it as a variant")
-            member = self.add_file(f"programs/{name}.pt2", norm, "program")
+            member = self.add_file(f"programs/{name}.pt2", norm, "program", ranges=ranges)
             from .runtime.torchrt import op_schema
 
             # the reader's description (JSON values) with the variants it lacks, then typed
@@ -177,10 +205,16 @@ class _Builder:
             vid = _check_ident(_variant_id(target), "variant id")
             if prog.variant(vid) is not None:
                 raise UsageError(f"program {src.name!r} already has a variant for {vid}")
-            member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti",
-                                   _weights_in_blobs(norm, self.normalized[src.name][0]))
+            portable = prog.portable
+            member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti", _weights_in_blobs(
+                norm, self.whole_file(portable.member) if portable else self.normalized[src.name][0]))
             prog = evolve(prog, variants=prog.variants + (Variant(vid, "aoti", member, inner_name, target),))
             self.programs[src.name] = prog
+
+
+def _outside(ranges: Sequence[FileRange], local: Path) -> list[tuple[Path, int, int]]:
+    """The parts of a member that are not in its own scratch file (weights left in the source)."""
+    return [(r.path, r.offset, r.size) for r in ranges if r.path != local]
 
 
 def _weights_in_blobs(package: Path, portable: Path) -> list[tuple[int, int]]:
@@ -272,9 +306,10 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
             "metadata": meta,
             "environment": environment(),
         }
-        manifest = Manifest.from_raw(raw)
-        sources = {path: (lambda p=local: open(p, "rb")) for path, local in b.files.items()}
-        write_bundle(out, manifest, sources, build=dict(build_info) if build_info else None)
+        draft = Manifest.from_raw(raw)   # chunk digests still PLACEHOLDER: filled while writing
+        sources = dict(b.ranges)
+        manifest = write_bundle(out, draft, sources, build=dict(build_info) if build_info else None,
+                                fill_digests=True)
         return BuildResult(out, manifest, tuple(b.warnings), tuple(dim_notes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -296,15 +331,15 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
             raise UsageError(f"sample for unknown program {s.program!r}; programs: {', '.join(b.programs)}")
         value = load_inputs_file(s.inputs) if isinstance(s.inputs, (str, os.PathLike)) else s.inputs
         if s.program not in modules:
-            norm, archive = b.normalized[s.program]
+            _norm, archive = b.normalized[s.program]
             if archive.pickled and not trust_pickle:
                 raise UnsafeArchiveError(
                     f"program {s.program!r} stores pickled data ({', '.join(archive.pickled[:3])}); computing "
                     f"samples would unpickle it", member=archive.pickled[0],
                     hint="bundle without --sample, or pass --trust-pickle if you trust this file")
             inner = b.programs[s.program].variants[0].archive_name
-            modules[s.program] = _load_for_samples(norm, inner, b.programs[s.program], b.where.get(s.program),
-                                                   s.program)
+            modules[s.program] = _load_for_samples(b.whole_file(b.programs[s.program].variants[0].member), inner,
+                                                   b.programs[s.program], b.where.get(s.program), s.program)
         program = b.programs[s.program]
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))

@@ -23,8 +23,9 @@ ENV_STORE = "PT2REG_STORE"
 ENV_ACTOR = "PT2REG_ACTOR"
 DEFAULT_HOME = "~/.pt2reg"
 
-#: Version of the bundle format this code writes and the highest it reads.
-BUNDLE_FORMAT = 1
+#: Version of the bundle format this code writes and the highest it reads. Format 2: a chunked
+#: member's integrity is its chunk list (no whole-member sha256); format 1 is still read.
+BUNDLE_FORMAT = 2
 #: Fixed member names of a .pt2b. Only manifest.json is part of the bundle's identity.
 MANIFEST_MEMBER = "manifest.json"
 BUILD_MEMBER = "build.json"

@@ -28,12 +28,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
 
-from .format.bundle import BundleFile
+from .format.bundle import BundleFile, FileRange, copy_member
 from .atomic import atomic_write
 from .blobs.base import blob_relpath
 from .digests import digest_of_bytes, hex_of, sha256_stream
 from .errors import IntegrityError, NotFoundError
-from .format.manifest import Manifest
+from .format.manifest import Manifest, Member
 from .refs import Ref
 
 if TYPE_CHECKING:  # the client sits above this module: only its type is named here
@@ -69,7 +69,10 @@ class BlobCache:
 
     def stamp(self, digest: str) -> None:
         """Record that the cached file for ``digest`` was just verified, as it is now."""
-        line = self._stat_line(self.path(digest))
+        self._stamp(self.path(digest), digest)
+
+    def _stamp(self, path: Path, digest: str) -> None:
+        line = self._stat_line(path)
         if line is not None:
             with atomic_write(self._stamp_path(digest), fsync=False) as f:
                 f.write(line.encode("ascii"))
@@ -79,7 +82,9 @@ class BlobCache:
         was verified, or else it re-hashes to ``digest`` (and is stamped again). A cached file
         that does not match is removed, so the caller fetches it again. Never raises for a
         damaged cache entry."""
-        path = self.path(digest)
+        return self._usable(self.path(digest), digest, lambda: self.verify(digest))
+
+    def _usable(self, path: Path, digest: str, verify: Callable[[], bool]) -> bool:
         line = self._stat_line(path)
         if line is None:
             return False
@@ -89,21 +94,68 @@ class BlobCache:
         except (OSError, UnicodeDecodeError):
             pass
         try:
-            good = self.verify(digest)
+            good = verify()
         except OSError:
             good = False
         if good:
-            self.stamp(digest)
+            self._stamp(path, digest)
             return True
-        self.evict(digest)
+        self._evict(path, digest)
         return False
 
     def evict(self, digest: str) -> None:
-        for p in (self.path(digest), self._stamp_path(digest)):
+        self._evict(self.path(digest), digest)
+
+    def _evict(self, path: Path, digest: str) -> None:
+        for p in (path, self._stamp_path(digest)):
             try:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+
+    # -- members: a chunked member is one file, filed under its chunk list's digest -----------
+    def member_path(self, member: Member) -> Path:
+        """Where a member's file is cached: a chunked member under ``members/`` (its bytes do not
+        hash to its name: its chunks do), any other member as the blob it is."""
+        if member.chunks:
+            return self.root / blob_relpath(member.digest, under="members")
+        return self.path(member.digest)
+
+    def usable_member(self, member: Member) -> bool:
+        """``usable`` for a member: a chunked one is re-checked chunk by chunk, on every core."""
+        if not member.chunks:
+            return self.usable(member.digest)
+        return self._usable(self.member_path(member), member.digest, lambda: self._verify_member(member))
+
+    def stamp_member(self, member: Member) -> None:
+        self._stamp(self.member_path(member), member.digest)
+
+    def _verify_member(self, member: Member) -> bool:
+        path = self.member_path(member)
+        if os.path.getsize(path) != member.size:
+            return False
+        try:
+            copy_member(member, (FileRange(path, 0, member.size),), None)
+        except IntegrityError:
+            return False
+        return True
+
+    def put_member(self, member: Member, source: FileRange, progress: Callable[[int], None] | None = None,
+                   label: str | None = None) -> Path:
+        """Copy a member's bytes (a range of a local file) into the cache, checked on the way:
+        chunk by chunk on every core for a chunked member."""
+        if not member.chunks:
+            with open(source.path, "rb") as f:
+                f.seek(source.offset)
+                return self.put_stream(member.digest, f, member.size, progress, label)
+        dest = self.member_path(member)
+        if self.usable_member(member):
+            return dest
+        with atomic_write(dest, mode=0o444) as out:
+            out.flush()
+            copy_member(member, (source,), out.fileno(), progress=progress, where=f"{label}: " if label else "")
+        self.stamp_member(member)
+        return dest
 
     def put_stream(self, digest: str, src: IO[bytes], size: int | None = None,
                    progress: Callable[[int], None] | None = None, label: str | None = None) -> Path:
@@ -113,7 +165,7 @@ class BlobCache:
         if self.usable(digest):
             return dest
         with atomic_write(dest, mode=0o444) as out:
-            got, _n = sha256_stream(src, out=out, progress=progress)
+            got, _n = sha256_stream(src, size, out=out, progress=progress)
             if got != hex_of(digest):
                 what = label or f"blob {digest}"
                 raise IntegrityError(f"{what} is corrupt: expected {digest}, got sha256:{got}",
@@ -138,9 +190,9 @@ class BlobCache:
         manifest = Manifest.from_bytes(data)
         files = {}
         for m in manifest.members:
-            if not self.usable(m.digest):  # a damaged entry is evicted: fetched again
+            if not self.usable_member(m):  # a damaged entry is evicted: fetched again
                 return None
-            files[m.path] = self.path(m.digest)
+            files[m.path] = self.member_path(m)
         return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name)
 
     # -- what the database said about a digest, kept beside its blobs ---------------------------
@@ -242,8 +294,9 @@ def materialize_file(path: str | os.PathLike, cache_dir: str | os.PathLike,
     cache = BlobCache(cache_dir)
     files = {}
     for m in bundle.manifest.members:
-        with bundle.open_member(m.path) as src:
-            files[m.path] = cache.put_stream(m.digest, src, m.size, progress, label=f"{path}: member {m.path}")
+        offset, size = bundle.member_span(m.path)
+        files[m.path] = cache.put_member(m, FileRange(bundle.path, offset, size), progress,
+                                         label=f"{path}: member {m.path}")
     return MaterializedBundle(bundle.manifest, files, list(bundle.signatures), label=str(path))
 
 

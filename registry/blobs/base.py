@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter, VerifyingReader, pump
 from ..errors import IntegrityError, NotFoundError, UsageError
+from ..parallel import locked_progress, run_parallel
 from ..refs import validate_digest
 
 __all__ = [
@@ -202,65 +202,6 @@ def unique_parts(parts: Sequence[Part]) -> tuple[list[Part], int]:
             seen.add(part.digest)
             out.append(part)
     return out, repeated
-
-
-def locked_progress(progress: ProgressFn | None) -> ProgressFn | None:
-    """``progress`` made safe to call from several transfer threads at once."""
-    if progress is None:
-        return None
-    lock = threading.Lock()
-
-    def call(n: int) -> None:
-        with lock:
-            progress(n)
-    return call
-
-
-def run_parallel(fn: Callable[[object], object], items: Sequence[object], workers: int, *,
-                 on_error: Callable[[], None] | None = None) -> list:
-    """``[fn(item) for item in items]`` on up to ``workers`` threads, results in order.
-
-    The first exception (or a ``KeyboardInterrupt`` here) stops every item not yet started (a
-    worker checks before it starts one, so at most the ``workers`` already running go on) and
-    calls ``on_error`` (to interrupt those, e.g. cancel their transfers); it is raised once
-    every thread has stopped, so nothing keeps writing behind the caller's back.
-    """
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-
-    if not items:
-        return []
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    lock = threading.Lock()
-
-    def guarded(item: object) -> object:
-        if stop.is_set():
-            return None             # never started: the batch failed already
-        try:
-            return fn(item)
-        except BaseException as exc:
-            with lock:
-                failures.append(exc)
-            stop.set()
-            raise
-
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
-                              thread_name_prefix="pt2reg-transfer")
-    futures = [pool.submit(guarded, item) for item in items]
-    try:
-        wait(futures, return_when=FIRST_EXCEPTION)
-        if failures:
-            raise failures[0]
-        return [f.result() for f in futures]
-    except BaseException:
-        stop.set()
-        for f in futures:
-            f.cancel()
-        if on_error is not None:
-            on_error()
-        raise
-    finally:
-        pool.shutdown(wait=True)
 
 
 @contextlib.contextmanager

@@ -14,21 +14,27 @@ import contextlib
 import io
 import os
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
+from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, blob_relpath,
-                   check_range, corrupt_blob_error, digest_from_relpath, locked_progress, open_range,
-                   run_parallel, unique_parts, verified_into)
+from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_parallel
+from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_relpath, checked_range,
+                   corrupt_blob_error, digest_from_relpath, open_range, unique_parts, verified_into)
 
-__all__ = ["LocalBlobStore", "PARALLEL_BLOBS"]
+__all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
-#: blobs written or read at once by put_parts / get_parts (sha256 is CPU-bound: one per core)
-PARALLEL_BLOBS = max(1, min(4, os.cpu_count() or 1))
+#: put_parts makes its temp files durable and renames them into place every this many bytes
+#: (on a thread of its own, while the copies go on): one filesystem sync per batch, and a
+#: killed push keeps every batch it committed
+COMMIT_BYTES = 64 * 1024 * 1024
+#: ... or every this many blobs, whichever comes first
+COMMIT_BLOBS = 4096
 
 
 class LocalBlobStore:
@@ -81,47 +87,88 @@ class LocalBlobStore:
 
     def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
                   progress: ProgressFn | None = None) -> tuple[int, int]:
-        """Store ranges of ``path``, one thread per blob (up to ``PARALLEL_BLOBS``): hashing is
-        CPU-bound, and each thread hashes exactly the bytes it writes. Returns
-        (bytes written, bytes already stored)."""
+        """Store ranges of ``path`` on every core: each worker hashes exactly the bytes it
+        writes into a temp file. A committer thread makes finished temp files durable together
+        (one ``syncfs`` per ``COMMIT_BYTES`` or so, not one ``fsync`` per blob, overlapping
+        with the copies still running) and then renames them into place, so a blob is never
+        visible before its bytes are on disk, and a push killed half-way keeps what it
+        committed. Returns (bytes written, bytes already stored)."""
         progress = locked_progress(progress)
         todo, repeated = unique_parts(parts)
         if progress is not None and repeated:
             progress(repeated)
+        with open_range(path, 0, None) as (src, file_size):
+            for part in todo:
+                checked_range(file_size, part.offset, part.size, path)
+            src_fd = src.fileno()
+            committer = _Committer(self)
 
-        def one(part: Part) -> tuple[int, int]:
-            # a stored copy is trusted only once it hashes to its name (same size is not enough:
-            # a planted or damaged file is replaced, atomically, by the verified upload)
-            if not self._intact(part.digest, part.size):
-                with open_range(path, part.offset, part.size) as (src, n):
-                    self._write(VerifyingReader(src, part.digest, size=n), part.digest, progress)
+            def one(part: Part) -> tuple[int, int]:
+                if self._intact(part.digest, part.size):
+                    # already stored; the source is still checked: a push of a damaged file fails
+                    got = hash_copy([Segment(src_fd, part.offset, part.size)], progress=progress)
+                    if got.sha256 != part.digest[7:]:
+                        raise _range_error(path, part, got.sha256)
+                    return 0, part.size
+                committer.add(self._write_tmp(src_fd, part, path, progress), part)
                 return part.size, 0
-            check_range(path, part)
-            if progress is not None:
-                progress(part.size)
-            return 0, part.size
 
-        done = run_parallel(one, todo, PARALLEL_BLOBS)
-        return sum(u for u, _ in done), sum(s for _, s in done) + repeated
+            try:
+                done = run_parallel(one, todo, WORKERS)
+            except BaseException:
+                committer.abort()
+                raise
+            committer.finish()
+        return sum(w for w, _ in done), sum(s for _, s in done) + repeated
+
+    def _write_tmp(self, src_fd: int, part: Part, path: str | os.PathLike,
+                   progress: ProgressFn | None) -> str:
+        """Copy one range into a new temp file (named by the digest, so gc can tell whose
+        upload a leftover belonged to), hashing it; ``IntegrityError`` when it does not match."""
+        tmpdir = self.root / "tmp"
+        try:
+            tmpdir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=part.digest[7:] + ".", suffix=".tmp")
+        except OSError as exc:
+            raise StoreError(f"cannot write blob {part.digest} to {self.url}: {_oneline(exc)}") from exc
+        try:
+            try:
+                preallocate(fd, part.size)
+                got = hash_copy([Segment(src_fd, part.offset, part.size)], out_fd=fd, progress=progress)
+            finally:
+                os.close(fd)
+            if got.sha256 != part.digest[7:]:
+                raise _range_error(path, part, got.sha256)
+            os.chmod(tmp, 0o444)
+        except BaseException as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+                raise StoreError(f"cannot write blob {part.digest} to {self.url}: {_oneline(exc)}") from exc
+            raise
+        return tmp
 
     def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
                   on_done: Callable[[int], None] | None = None) -> None:
-        """Copy blobs into ranges of the open file ``fd``, several at once, verifying each."""
+        """Copy blobs into ranges of the open file ``fd`` on every core, verifying each in the
+        pass that copies it."""
         progress = locked_progress(progress)
 
-        def one(item: tuple[int, Part]) -> None:
-            i, part = item
-            with self.open(part.digest) as src, \
-                    verified_into(PwriteWriter(fd, part.offset, part.size, part.digest),
-                                  part.digest, self.url) as writer:
-                pump(src, writer.write, progress=progress)
-            if writer.count != part.size:
-                raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
-                                     hint="the version's manifest does not match the store")
+        def one(i: int) -> None:
+            part = parts[i]
+            with self.open(part.digest) as src:
+                size = os.fstat(src.fileno()).st_size
+                if size != part.size:
+                    raise IntegrityError(f"blob {part.digest} has {size} bytes, expected {part.size}",
+                                         hint="the version's manifest does not match the store")
+                got = hash_copy([Segment(src.fileno(), 0, size)], out_fd=fd, out_offset=part.offset,
+                                progress=progress)
+            if got.sha256 != part.digest[7:]:
+                raise corrupt_blob_error(part.digest, got.sha256, self.url)
             if on_done is not None:
                 on_done(i)
 
-        run_parallel(one, list(enumerate(parts)), PARALLEL_BLOBS)
+        run_parallel(one, range(len(parts)), WORKERS)
 
     def _write(self, reader: VerifyingReader, digest: str, progress: ProgressFn | None) -> bool:
         final = self._path(digest)
@@ -278,6 +325,96 @@ class LocalBlobStore:
 
     def _missing(self, digest: str) -> NotFoundError:
         return NotFoundError(f"blob {digest} not found in {self.url}", what="blob", name=digest)
+
+
+class _Committer:
+    """Renames finished temp files into place in batches, on its own thread: a batch is made
+    durable (one ``syncfs``) before any of it is renamed, and ``finish`` makes the renames
+    durable too. ``abort`` removes every temp file not renamed yet, and nothing else."""
+
+    def __init__(self, store: "LocalBlobStore") -> None:
+        self._store = store
+        self._cond = threading.Condition()
+        self._ready: list[tuple[str, str, int]] = []   # (tmp, digest, size) written, not renamed
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pt2reg-commit", daemon=True)
+        self._thread.start()
+
+    def add(self, tmp: str, part: Part) -> None:
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            self._ready.append((tmp, part.digest, part.size))
+            self._cond.notify()
+
+    def _take(self) -> list[tuple[str, str, int]] | None:
+        with self._cond:
+            while not self._closing and sum(n for _t, _d, n in self._ready) < COMMIT_BYTES \
+                    and len(self._ready) < COMMIT_BLOBS:
+                self._cond.wait()
+            if self._closing and not self._ready:
+                return None
+            batch, self._ready = self._ready, []
+            return batch
+
+    def _run(self) -> None:
+        batch: list[tuple[str, str, int]] = []
+        try:
+            while True:
+                batch = self._take() or []
+                if not batch:
+                    return
+                sync_filesystem(self._store.root)
+                while batch:
+                    tmp, digest, _n = batch[0]
+                    final = self._store._path(digest)
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(tmp, final)
+                    batch.pop(0)
+        except BaseException as exc:
+            with self._cond:
+                self._error = exc
+                self._closing = True
+                self._ready = batch + self._ready  # not renamed: discarded by finish/abort
+
+    def finish(self) -> None:
+        """Commit what is left and wait; the renames are durable when this returns."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        if self._error is not None:
+            self._discard()
+            exc = self._error
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot store blobs in {self._store.url}: {_oneline(exc)}") from exc
+            raise exc
+        try:
+            sync_filesystem(self._store.root)
+        except OSError as exc:
+            raise StoreError(f"cannot store blobs in {self._store.url}: {_oneline(exc)}") from exc
+
+    def abort(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._error = self._error or RuntimeError("aborted")
+            self._cond.notify()
+        self._thread.join()
+        self._discard()
+
+    def _discard(self) -> None:
+        with self._cond:
+            left, self._ready = self._ready, []
+        for tmp, _d, _n in left:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _range_error(path: str | os.PathLike, part: Part, got: str) -> IntegrityError:
+    return IntegrityError(f"{os.fspath(path)}: the chunk at offset {part.offset} does not match its digest "
+                          f"{part.digest} (got sha256:{got[:12]}...)",
+                          hint="the file is damaged or was altered after it was built")
 
 
 def _sorted_names(directory: Path) -> list[str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..blobs.base import ProgressFn
 from ..errors import IntegrityError
-from ..format.bundle import write_bundle
+from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle
@@ -76,7 +76,8 @@ def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | o
                    build: dict | None) -> PullResult:
     """Write the bundle file of a materialized version at ``out`` (atomically), with its build
     record and signatures; a yanked or deprecated version says so in the warnings."""
-    sources = {path: (lambda p=p: open(p, "rb")) for path, p in src.files.items()}
+    sizes = {m.path: m.size for m in src.manifest.members}
+    sources = {path: FileRange(p, 0, sizes[path]) for path, p in src.files.items()}
     write_bundle(out, src.manifest, sources, build=build, signatures=src.signatures or None)
     warnings = []
     if version.status in ("yanked", "deprecated"):

@@ -1,4 +1,4 @@
-"""The `.pt2b` bundle file, format 1.
+"""The `.pt2b` bundle file, formats 1 and 2.
 
 Layout (a zip; every member stored uncompressed, data 64-byte aligned, fixed timestamps)::
 
@@ -9,60 +9,284 @@ Layout (a zip; every member stored uncompressed, data 64-byte aligned, fixed tim
 
 Reading never trusts the zip: structure is validated first (see ``zipsafe``), the manifest is
 validated against the schema, every member must be listed with the right size, and
-``verify()`` checks each member's sha256 while streaming it.
+``verify()`` checks every chunk of a chunked member (its chunk list is its integrity: format 2
+records no whole-member sha256, and a format-1 one is not needed) and every other member's
+sha256, on every core. Writing places every member first and fills them in parallel, each
+chunk hashed in the pass that copies it; the manifest, which leads the file, is written last.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence, Union
 
-from .chunking import hash_chunks
 from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
-from ..digests import VerifyingReader, canonical_json, sha256_stream
+from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
 from ..atomic import USER_FILE, atomic_write
+from ..parallel import Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
 
-__all__ = ["BundleFile", "write_bundle", "MemberSource", "ENVELOPE_MEMBERS"]
+__all__ = ["BundleFile", "write_bundle", "MemberSource", "FileRange", "ENVELOPE_MEMBERS", "PLACEHOLDER",
+           "member_jobs", "copy_member"]
 
 ENVELOPE_MEMBERS = (BUILD_MEMBER, SIGNATURES_MEMBER)
+#: the digest a draft manifest carries where ``write_bundle(fill_digests=True)`` computes one
+#: (same length as any sha256 hex, so the manifest's size is known before its digests)
+PLACEHOLDER = "0" * 64
 
-#: Opens a member's bytes for writing: returns a readable stream positioned at the member.
-MemberSource = Callable[[], IO[bytes]]
+
+@dataclass(frozen=True)
+class FileRange:
+    """``size`` bytes at ``offset`` of a local file: a member's bytes, or a run of them.
+    ``crc32``: what the file's own zip directory says these bytes sum to (a weight copied
+    verbatim from a `.pt2`), checked as they are copied; None (or 0: written without) for none."""
+
+    path: Path
+    offset: int
+    size: int
+    crc32: int | None = None
 
 
-def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: dict[str, MemberSource], *,
+#: A member's bytes for ``write_bundle``: a function opening a stream positioned at them
+#: (copied in order), or the file ranges they are made of, in order (copied on every core).
+MemberSource = Union[Callable[[], IO[bytes]], FileRange, Sequence[FileRange]]
+
+
+class _Files:
+    """Read-only descriptors of the files member sources live in, each opened once."""
+
+    def __init__(self) -> None:
+        self._fds: dict[Path, int] = {}
+
+    def fd(self, path: Path) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _overlaps(ranges: Sequence[FileRange], start: int, size: int) -> list[tuple[int, int, int]]:
+    """(index of the range, offset in it, length) of each piece of ``[start, start+size)`` of
+    the concatenation of ``ranges``, in order."""
+    out, pos = [], 0
+    for i, r in enumerate(ranges):
+        lo, hi = max(start, pos), min(start + size, pos + r.size)
+        if lo < hi:
+            out.append((i, lo - pos, hi - lo))
+        pos += r.size
+        if pos >= start + size:
+            break
+    return out
+
+
+def _slice(ranges: Sequence[FileRange], files: _Files, start: int, size: int) -> tuple[Segment, ...]:
+    """The segments holding bytes ``[start, start+size)`` of the concatenation of ``ranges``."""
+    return tuple(Segment(files.fd(ranges[i].path), ranges[i].offset + off, n)
+                 for i, off, n in _overlaps(ranges, start, size))
+
+
+def _check_range_crcs(member: Member, ranges: Sequence[FileRange], jobs: Sequence[Job],
+                      done: Sequence[Hashed]) -> None:
+    """Each range that names its CRC-32 sums to it (from the CRC of every piece of it, in order)."""
+    if not any(r.crc32 for r in ranges):
+        return
+    sums = [0] * len(ranges)
+    for job, result in zip(jobs, done):
+        start = job.out_offset - jobs[0].out_offset
+        for (i, _off, n), crc in zip(_overlaps(ranges, start, sum(s.size for s in job.segments)),
+                                     result.segment_crcs):
+            sums[i] = crc32_combine(sums[i], crc, n)
+    for r, got in zip(ranges, sums):
+        if r.crc32 and got != r.crc32:
+            raise IntegrityError(f"{r.path}: the {r.size} bytes at offset {r.offset} do not match the CRC-32 "
+                                 f"its zip directory records for them: the file is damaged", member=member.path,
+                                 hint="export the program again (or copy it again from where it was written)")
+
+
+def member_jobs(member: Member, segments: Callable[[int, int], tuple[Segment, ...]], *,
+                out_fd: int | None = None, out_offset: int = 0, check: bool = True) -> list[Job]:
+    """One job per chunk of ``member`` (one for the whole of an unchunked member), reading its
+    bytes from ``segments(start, size)``, written at ``out_offset`` + its place when ``out_fd``
+    is given, checked against the manifest when ``check``."""
+    if member.chunks:
+        return [Job(segments(off, n), out_fd, out_offset + off, sha if check else None)
+                for sha, off, n in member.chunk_spans()]
+    return [Job(segments(0, member.size), out_fd, out_offset, member.sha256 if check else None)]
+
+
+def _mismatch(member: Member, where: str) -> Callable[[int, str], IntegrityError]:
+    def error(i: int, got: str) -> IntegrityError:
+        what = f"chunk {i} of member {member.path!r}" if member.chunks else f"member {member.path!r}"
+        return IntegrityError(f"{where}{what} is corrupt: it does not match its sha256 in the manifest "
+                              f"(got {got[:12]}...)", member=member.path,
+                              hint="the file was modified or damaged in transit, or its manifest altered")
+    return error
+
+
+def _run_member_jobs(plan: Sequence[tuple[Member, list[Job]]], where: str, *, crc: bool = False,
+                     progress: Callable[[int], None] | None = None) -> list[list[Hashed]]:
+    """Every job of every member on all cores, in one batch; the results grouped by member."""
+    flat = [(m, k, j) for m, jobs in plan for k, j in enumerate(jobs)]
+
+    def mismatch(i: int, got: str) -> IntegrityError:
+        member, k, _job = flat[i]
+        return _mismatch(member, where)(k, got)
+
+    results = hash_ranges([j for _m, _k, j in flat], crc=crc, progress=progress, mismatch=mismatch)
+    grouped, pos = [], 0
+    for _m, jobs in plan:
+        grouped.append(results[pos:pos + len(jobs)])
+        pos += len(jobs)
+    return grouped
+
+
+def _combined_crc(results: Sequence[Hashed]) -> int:
+    crc = 0
+    for r in results:
+        crc = crc32_combine(crc, r.crc32, r.size)
+    return crc
+
+
+def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[str, MemberSource], *,
                  build: dict[str, Any] | None = None, signatures: list[dict[str, Any]] | None = None,
-                 progress: Callable[[int], None] | None = None) -> Path:
+                 progress: Callable[[int], None] | None = None, fill_digests: bool = False) -> Manifest:
     """Write a bundle atomically: a temp file beside ``dest``, fsync, then rename.
 
-    ``sources`` maps each manifest member path to a function opening its bytes. Each member is
-    hashed while it is copied and the write fails (leaving nothing behind) on any mismatch.
+    ``sources`` maps each manifest member path to its bytes (``MemberSource``). File ranges are
+    copied on every core, one chunk per worker, each chunk hashed in the pass that writes it;
+    the write fails (leaving nothing behind) when a chunk does not match the manifest. With
+    ``fill_digests`` the manifest is a draft whose member and chunk sha256s are ``PLACEHOLDER``
+    (sizes and chunk sizes exact): they are computed in that same pass, and the manifest,
+    placed first, is written last. Returns the manifest written.
     """
-    with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:  # the user's file
-        writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
+    check = not fill_digests
+    with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:
+        manifest_at = writer.reserve(MANIFEST_MEMBER, len(manifest.canonical))
+        places = {}
         for member in manifest.members:
             if member.path not in sources:
                 raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
-            with sources[member.path]() as src:
-                writer.write_stream(member.path, _verifying(src, member, progress), member.size)
+            places[member.path] = writer.reserve(member.path, member.size)
         if build:
             writer.write_bytes(BUILD_MEMBER, canonical_json(build))
         if signatures:
             writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
-    return Path(dest)
+        out.flush()
+        fd = out.fileno()
+        preallocate(fd, writer.end)
+        files = _Files()
+        try:
+            plan, planned = [], []
+            results: dict[str, list[Hashed]] = {}
+            for member in manifest.members:
+                src = sources[member.path]
+                if callable(src):
+                    with src() as stream:
+                        results[member.path] = _copy_stream(stream, member, fd, places[member.path], check, progress)
+                    continue
+                ranges = (src,) if isinstance(src, FileRange) else tuple(src)
+                if sum(r.size for r in ranges) != member.size:
+                    raise IntegrityError(f"the data for member {member.path!r} is not {member.size} bytes",
+                                         member=member.path)
+                plan.append((member, member_jobs(member, lambda a, n, r=ranges: _slice(r, files, a, n),
+                                                 out_fd=fd, out_offset=places[member.path], check=check)))
+                planned.append(ranges)
+            for (member, jobs), ranges, done in zip(plan, planned,
+                                                     _run_member_jobs(plan, "", crc=True, progress=progress)):
+                _check_range_crcs(member, ranges, jobs, done)
+                results[member.path] = done
+        finally:
+            files.close()
+        for member in manifest.members:
+            writer.set_crc(member.path, _combined_crc(results[member.path]))
+        if fill_digests:
+            manifest = _filled(manifest, results)
+        os.pwrite(fd, manifest.canonical, manifest_at)
+        writer.set_crc(MANIFEST_MEMBER, _combined_crc([_crc_of(manifest.canonical)]))
+    return manifest
 
 
-def _verifying(src: IO[bytes], member: Member, progress: Callable[[int], None] | None) -> VerifyingReader:
-    """Read-through hashing; raises at the member's end when the bytes are not the manifest's."""
-    return VerifyingReader(src, member.digest, size=member.size, progress=progress, mismatch=lambda _got: IntegrityError(
-        f"member {member.path!r} does not match its sha256 in the manifest", member=member.path))
+def _crc_of(data: bytes) -> Hashed:
+    import zlib
+    return Hashed("", zlib.crc32(data), len(data))
+
+
+def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check: bool,
+                 progress: Callable[[int], None] | None) -> list[Hashed]:
+    """A member from a stream, in order: each chunk hashed (and checked) as it is written."""
+    import hashlib
+    import zlib
+
+    out = []
+    spans = member.chunk_spans() if member.chunks else [(member.sha256, 0, member.size)]
+    for i, (want, off, n) in enumerate(spans):
+        h, crc, pos = hashlib.sha256(), 0, offset + off
+
+        def sink(data: bytes) -> None:
+            nonlocal crc, pos
+            h.update(data)
+            crc = zlib.crc32(data, crc)
+            view = memoryview(data)
+            while view:
+                k = os.pwrite(fd, view, pos)
+                pos += k
+                view = view[k:]
+
+        got = _pump_exact(stream, sink, n, member, progress)
+        if check and h.hexdigest() != want:
+            raise _mismatch(member, "")(i, h.hexdigest())
+        out.append(Hashed(h.hexdigest(), crc, got))
+    return out
+
+
+def _pump_exact(stream: IO[bytes], sink: Callable[[bytes], None], n: int, member: Member,
+                progress: Callable[[int], None] | None) -> int:
+    from ..digests import pump
+
+    got = pump(stream, sink, size=n, progress=progress)
+    if got != n:
+        raise IntegrityError(f"the data for member {member.path!r} ended {n - got} bytes early", member=member.path)
+    return got
+
+
+def _filled(draft: Manifest, results: Mapping[str, list[Hashed]]) -> Manifest:
+    """The draft manifest with the sha256s computed while its members were written."""
+    raw = draft.to_json()
+    for m in raw["members"]:
+        done = results[m["path"]]
+        if "chunks" in m:
+            m["chunks"] = [{"sha256": r.sha256, "size": r.size} for r in done]
+        else:
+            m["sha256"] = done[0].sha256
+    final = Manifest.from_raw(raw)
+    if len(final.canonical) != len(draft.canonical):  # digests are fixed-width: never happens
+        raise ManifestError("the manifest changed size when its digests were filled in")
+    return final
+
+
+def copy_member(member: Member, source: Sequence[FileRange], dest_fd: int | None, *,
+                progress: Callable[[int], None] | None = None, where: str = "") -> None:
+    """Copy a member's bytes into ``dest_fd`` (from offset 0) on every core, each chunk checked
+    against the manifest in the pass that writes it: ``IntegrityError`` (discard the file)."""
+    files = _Files()
+    if dest_fd is not None:
+        preallocate(dest_fd, member.size)
+    try:
+        jobs = member_jobs(member, lambda a, n: _slice(source, files, a, n), out_fd=dest_fd)
+        _run_member_jobs([(member, jobs)], where, progress=progress)
+    finally:
+        files.close()
 
 
 @dataclass(frozen=True)
@@ -134,47 +358,42 @@ class BundleFile:
         e = self.entries[path]
         return e.data_offset, e.size
 
+    def _segments(self, member: Member, fd: int) -> Callable[[int, int], tuple[Segment, ...]]:
+        offset, _size = self.member_span(member.path)
+        return lambda start, n: (Segment(fd, offset + start, n),)
+
+    def verify_members(self, members: Sequence[Member], progress: Callable[[int], None] | None = None) -> None:
+        """Check members against the manifest on every core: each chunk's sha256 (a chunked
+        member's chunk list is its integrity), or an unchunked member's sha256."""
+        with self._fd() as fd:
+            plan = [(m, member_jobs(m, self._segments(m, fd))) for m in members]
+            _run_member_jobs(plan, f"{self.path}: ", progress=progress)
+
     def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
-        """Check a member's sha256 (and its chunks' when it has them) in one streamed pass."""
-        if member.chunks:
-            offset, _size = self.member_span(member.path)
-            spans, pos = [], 0
-            for _sha, n in member.chunks:
-                spans.append((pos, n))
-                pos += n
-            whole, hashed = hash_chunks(self.path, spans, offset=offset)
-            if progress:
-                progress(member.size)
-            bad = next((i for i, (got, want) in enumerate(zip(hashed, member.chunks)) if got[0] != want[0]), None)
-            if bad is not None and whole == member.sha256:
-                raise IntegrityError(f"{self.path}: member {member.path!r} chunk {bad} does not match the "
-                                     f"manifest", member=member.path, hint="the manifest was altered")
-            if whole != member.sha256:
-                raise IntegrityError(
-                    f"{self.path}: member {member.path!r} is corrupt (sha256 {whole[:12]}..., "
-                    f"manifest says {member.sha256[:12]}...)", member=member.path,
-                    hint="the file was modified or damaged in transit; fetch it again")
-            return
-        with self.open_member(member.path) as fp:
-            got, _n = sha256_stream(fp, progress=progress)
-        if got != member.sha256:
-            raise IntegrityError(
-                f"{self.path}: member {member.path!r} is corrupt (sha256 {got[:12]}..., "
-                f"manifest says {member.sha256[:12]}...)", member=member.path,
-                hint="the file was modified or damaged in transit; fetch it again")
+        """Check one member (see ``verify_members``)."""
+        self.verify_members([member], progress)
 
     def verify(self, progress: Callable[[int], None] | None = None) -> None:
-        """Check every member's sha256 against the manifest (streamed, bounded memory)."""
-        for member in self.manifest.members:
-            self.verify_member(member, progress)
+        """Check every member against the manifest (all cores, bounded memory)."""
+        self.verify_members(self.manifest.members, progress)
 
     def extract_member(self, path: str, dest: str | os.PathLike) -> Path:
-        """Copy one member to ``dest`` atomically, verifying its sha256 on the way."""
+        """Copy one member to ``dest`` atomically, verifying it on the way."""
         member = self.member(path)
-        with atomic_write(dest) as out, self.open_member(path) as fp:
-            if sha256_stream(fp, out=out)[0] != member.sha256:
-                raise IntegrityError(f"{self.path}: member {path!r} is corrupt", member=path)
+        offset, _size = self.member_span(path)
+        with atomic_write(dest) as out:
+            out.flush()
+            copy_member(member, (FileRange(self.path, offset, member.size),), out.fileno(),
+                        where=f"{self.path}: ")
         return Path(dest)
+
+    @contextlib.contextmanager
+    def _fd(self) -> Iterator[int]:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
 
 def _envelope(path: Path, entries: dict[str, ZipEntry], name: str, where: str) -> Any:

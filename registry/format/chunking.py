@@ -1,58 +1,51 @@
-"""Weight-level chunking of program members, for dedup in the store.
+"""Weight-level chunking of members, for dedup in the store and hashing on every core.
 
 A `.pt2` stores every weight as its own uncompressed, aligned zip entry. A member is split at
 entry boundaries: each entry of at least ``MIN_CHUNK`` bytes becomes its own chunk, and the
 bytes between them (zip headers, small JSON, the central directory) coalesce into glue chunks.
-The chunks cover the member exactly, in order, so concatenating them rebuilds it byte for byte.
-A fine-tune that changes one layer shares every other chunk with its parent, and a weight
-shared by two programs of a bundle is one chunk.
+Any chunk larger than ``PIECE`` (one big embedding table) is cut into ``PIECE``-sized pieces,
+counted from its own start, so a huge tensor is hashed, uploaded and fetched in parallel too,
+a failed transfer resumes per piece, and a fine-tune that changes another tensor still shares
+every piece of it. The chunks cover the member exactly, in order (concatenated they rebuild it
+byte for byte), and they are its integrity: no step needs a sequential hash of a whole member.
 
     >>> plan_chunks([(100, 1 << 20)], total=(1 << 20) + 400)
     [(0, 100), (100, 1048576), (1048676, 300)]
+    >>> [n >> 20 for _, n in plan_chunks([(0, 150 << 20)], total=150 << 20)]
+    [64, 64, 22]
 """
 from __future__ import annotations
 
-import hashlib
-import os
 from typing import Iterable
 
-from ..digests import pump
-
-__all__ = ["MIN_CHUNK", "MIN_MEMBER", "plan_chunks", "hash_chunks"]
+__all__ = ["MIN_CHUNK", "MIN_MEMBER", "PIECE", "plan_chunks"]
 
 #: entries at least this large get a chunk of their own
 MIN_CHUNK = 64 * 1024
 #: members smaller than this are stored whole
 MIN_MEMBER = 1024 * 1024
+#: no chunk is larger: bigger entries (and glue) are cut into pieces of this size
+PIECE = 64 * 1024 * 1024
 
 
-def plan_chunks(spans: Iterable[tuple[int, int]], total: int, *, min_chunk: int = MIN_CHUNK
-                ) -> list[tuple[int, int]]:
-    """(start, length) chunks covering [0, total): one per span >= min_chunk, glue between."""
+def _pieces(start: int, length: int, piece: int) -> list[tuple[int, int]]:
+    return [(start + off, min(piece, length - off)) for off in range(0, length, piece)]
+
+
+def plan_chunks(spans: Iterable[tuple[int, int]], total: int, *, min_chunk: int = MIN_CHUNK,
+                piece: int | None = None) -> list[tuple[int, int]]:
+    """(start, length) chunks covering [0, total): one per span >= min_chunk, glue between,
+    each cut into pieces of at most ``piece`` bytes (``PIECE``, read when called)."""
+    piece = piece or PIECE
     chunks: list[tuple[int, int]] = []
     pos = 0
     for start, length in sorted(spans):
         if length < min_chunk or start < pos or start + length > total:
             continue
         if start > pos:
-            chunks.append((pos, start - pos))
-        chunks.append((start, length))
+            chunks.extend(_pieces(pos, start - pos, piece))
+        chunks.extend(_pieces(start, length, piece))
         pos = start + length
     if pos < total:
-        chunks.append((pos, total - pos))
+        chunks.extend(_pieces(pos, total - pos, piece))
     return chunks
-
-
-def hash_chunks(path: str | os.PathLike, chunks: list[tuple[int, int]], *, offset: int = 0
-                ) -> tuple[str, list[tuple[str, int]]]:
-    """One read pass: (sha256 of the whole range, [(sha256, size) per chunk])."""
-    whole = hashlib.sha256()
-    out = []
-    with open(path, "rb") as f:
-        f.seek(offset + (chunks[0][0] if chunks else 0))
-        for _start, length in chunks:
-            h = hashlib.sha256()
-            if pump(f, h.update, whole.update, size=length) != length:
-                raise OSError(f"{path} ended early while hashing chunks")
-            out.append((h.hexdigest(), length))
-    return whole.hexdigest(), out

@@ -72,9 +72,15 @@ def validate_raw(raw: Any) -> list[str]:
     if problems:
         return problems
     members = {m["path"]: m for m in raw["members"]}
-    for m in raw["members"]:
+    for m in raw["members"]:  # a chunked member's integrity is its chunk list: it must tile the member
         if "chunks" in m and sum(c["size"] for c in m["chunks"]) != m["size"]:
-            problems.append(f"members/{m['path']}: chunk sizes do not add up to the member size")
+            problems.append(f"members/{m['path']}: chunks do not tile the member (their sizes add up to "
+                            f"{sum(c['size'] for c in m['chunks'])}, the member has {m['size']} bytes)")
+        if raw["format"] >= 2 and "chunks" in m:
+            if "sha256" in m:
+                problems.append(f"members/{m['path']}: a chunked member has no whole-file sha256 in format 2")
+            if any(c["size"] == 0 for c in m["chunks"]):
+                problems.append(f"members/{m['path']}: empty chunk")
     if len(members) != len(raw["members"]):
         problems.append("members: duplicate paths")
     if [m["path"] for m in raw["members"]] != sorted(members):
@@ -119,7 +125,7 @@ def stored_blobs(manifest_json: str) -> set[tuple[str, int]]:
             if m.get("chunks"):
                 out.update((f"sha256:{c['sha256']}", int(c["size"])) for c in m["chunks"])
             else:
-                out.add((f"sha256:{m['sha256']}", int(m["size"])))
+                out.add((f"sha256:{m['sha256']}", int(m["size"])))  # unchunked: stored whole
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ManifestError(f"a stored manifest is unreadable ({exc})",
                             hint="the metadata database was altered") from exc
@@ -467,24 +473,43 @@ class ProgramSpec:
 
 @dataclass(frozen=True)
 class Member:
+    """One file of the bundle. A chunked member's integrity is its chunk list: every chunk's
+    sha256, with sizes that tile the member exactly (``sha256`` is None from format 2 on; a
+    format-1 manifest still carries the whole-file sha256, which nothing needs to check)."""
+
     path: str
-    sha256: str
+    sha256: str | None
     size: int
     role: str                                  # "program" | "aoti" | "sample" | "library"
     chunks: tuple[tuple[str, int], ...] = ()   # (sha256 hex, size), covering the member in order
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
-    @property
+    @cached_property
     def digest(self) -> str:
+        """The member's identity: the sha256 of its bytes, or for a chunked member the sha256 of
+        its canonical chunk list (what the client cache files it under)."""
+        if self.chunks:
+            return digest_of_bytes(canonical_json([{"sha256": h, "size": n} for h, n in self.chunks]))
+        assert self.sha256 is not None  # the schema requires one or the other
         return "sha256:" + self.sha256
+
+    def chunk_spans(self) -> list[tuple[str, int, int]]:
+        """(sha256 hex, offset in the member, size) of each chunk, in order."""
+        out, pos = [], 0
+        for sha, n in self.chunks:
+            out.append((sha, pos, n))
+            pos += n
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "Member":
-        return cls(raw["path"], raw["sha256"], raw["size"], raw["role"],
+        return cls(raw["path"], raw.get("sha256"), raw["size"], raw["role"],
                    tuple((c["sha256"], c["size"]) for c in raw.get("chunks", ())), _present(raw, ("chunks",)))
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size, "role": self.role}
+        out: dict[str, Any] = {"path": self.path, "size": self.size, "role": self.role}
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
         _emit(out, self.present, "chunks", self.chunks, [{"sha256": h, "size": n} for h, n in self.chunks])
         return out
 

@@ -1,4 +1,5 @@
-"""A deterministic zip writer: stored members, 64-byte aligned data, fixed timestamps.
+"""A deterministic zip writer: stored members, 64-byte aligned data, fixed timestamps, and
+members that can be filled in parallel at known offsets.
 
 The same members in the same order always give the same bytes, whatever the clock, the user or
 the original file name, so a bundle or a normalized `.pt2` is content-addressable. Data is
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import struct
 import zipfile
+import zlib
+from dataclasses import dataclass
 from typing import IO, BinaryIO
 
 from ..digests import pump
@@ -41,42 +44,80 @@ def member_info(name: str, size: int, offset: int) -> zipfile.ZipInfo:
     return info
 
 
-def local_header(name: str, size: int, crc: int, offset: int) -> bytes:
-    """The exact local-header bytes this writer leaves at ``offset`` for a member (zipfile
-    writes the header, the data, then the header again with the CRC and sizes)."""
+def _final_info(name: str, size: int, crc: int, offset: int) -> zipfile.ZipInfo:
     info = member_info(name, size, offset)
     info.compress_size = size
     info.CRC = crc
     info.flag_bits = 0
     info.header_offset = offset
-    return info.FileHeader(uses_zip64(size))
+    return info
+
+
+def local_header(name: str, size: int, crc: int, offset: int) -> bytes:
+    """The exact local-header bytes this writer leaves at ``offset`` for a member (the bytes
+    zipfile writes for it: its local header, after the data, holds the CRC and sizes)."""
+    return _final_info(name, size, crc, offset).FileHeader(uses_zip64(size))
+
+
+@dataclass
+class _Entry:
+    name: str
+    size: int
+    header_offset: int
+    data_offset: int
+    crc: int | None = None
 
 
 class DeterministicZipWriter:
     """Write stored members to an open binary file in a reproducible layout.
+
+    Members are laid out one after the other as they are added. ``write_stream`` /
+    ``write_bytes`` copy a member at once; ``reserve`` only places one (its data offset is
+    returned, so the caller can fill it with ``os.pwrite``, several ranges at once, from other
+    threads) and ``set_crc`` gives its CRC-32 afterwards. Local headers and the central
+    directory are written by ``close``, once every CRC is known.
 
     >>> with open("out.zip", "wb") as f, DeterministicZipWriter(f) as w:   # doctest: +SKIP
     ...     w.write_bytes("a.txt", b"hi")
     """
 
     def __init__(self, fp: BinaryIO) -> None:
-        self._zf = zipfile.ZipFile(fp, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
         self._fp = fp
-        self._names: set[str] = set()
+        self._start = self._pos = fp.tell()
+        self._entries: dict[str, _Entry] = {}
 
-    def _info(self, name: str, size: int) -> zipfile.ZipInfo:
-        if name in self._names:
+    def reserve(self, name: str, size: int) -> int:
+        """Place a member of ``size`` bytes after the previous one; returns its data offset."""
+        if name in self._entries:
             raise ValueError(f"duplicate member {name!r}")
-        self._names.add(name)
-        return member_info(name, size, self._fp.tell())
+        header = len(local_header(name, size, 0, self._pos))
+        entry = _Entry(name, size, self._pos, self._pos + header)
+        self._entries[name] = entry
+        self._pos = entry.data_offset + size
+        return entry.data_offset
+
+    def set_crc(self, name: str, crc: int) -> None:
+        self._entries[name].crc = crc
+
+    @property
+    def end(self) -> int:
+        """Where the next member (or the central directory) starts."""
+        return self._pos
 
     def write_stream(self, name: str, src: IO[bytes], size: int) -> None:
-        info = self._info(name, size)
-        zip64 = size >= zipfile.ZIP64_LIMIT
-        with self._zf.open(info, "w", force_zip64=zip64) as dst:
-            n = pump(src, dst.write, size=size)
-            if n < size:
-                raise OSError(f"source for {name!r} ended {size - n} bytes early")
+        offset = self.reserve(name, size)
+        crc = 0
+
+        def write(data: bytes) -> None:
+            nonlocal crc
+            crc = zlib.crc32(data, crc)
+            self._fp.write(data)
+
+        self._fp.seek(offset)
+        n = pump(src, write, size=size)
+        if n < size:
+            raise OSError(f"source for {name!r} ended {size - n} bytes early")
+        self.set_crc(name, crc)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         import io
@@ -88,12 +129,26 @@ class DeterministicZipWriter:
             self.write_stream(name, src, size)
 
     def close(self) -> None:
-        self._zf.close()
+        infos = []
+        for e in self._entries.values():
+            if e.crc is None:
+                raise ValueError(f"member {e.name!r} was reserved but its CRC was never set")
+            info = _final_info(e.name, e.size, e.crc, e.header_offset)
+            self._fp.seek(e.header_offset)
+            self._fp.write(info.FileHeader(uses_zip64(e.size)))
+            infos.append(info)
+        self._fp.seek(self._pos)
+        # zipfile writes the central directory (zip64 records included) of the infos at the
+        # position it starts at: the bytes it writes for the same members itself
+        zf = zipfile.ZipFile(self._fp, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
+        for info in infos:
+            zf.filelist.append(info)
+            zf.NameToInfo[info.filename] = info
+        zf.close()
 
     def abort(self) -> None:
-        """Give up on a failed write (the caller discards the file): nothing more is written,
-        and zipfile's finalizer does not try to finish the archive on a closed file later."""
-        self._zf.fp = None  # ZipFile.close() (and __del__) return at once when fp is None
+        """Give up on a failed write (the caller discards the file): nothing more is written."""
+        self._entries.clear()
 
     def __enter__(self) -> "DeterministicZipWriter":
         return self
@@ -103,4 +158,3 @@ class DeterministicZipWriter:
             self.close()
         else:
             self.abort()
-

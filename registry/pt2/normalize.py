@@ -19,8 +19,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
+from ..format.bundle import FileRange
+from ..format.chunking import MIN_CHUNK
 from ..format.zipsafe import open_entry
 from ..atomic import atomic_write
 from ..format.zipwrite import DeterministicZipWriter
@@ -29,7 +32,7 @@ from ..digests import canonical_json
 from .reader import (CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member,
                      load_json_member)
 
-__all__ = ["normalize_pt2", "CANONICAL_ROOT", "portable_source_path", "portable_stack_trace"]
+__all__ = ["normalize_pt2", "fill_holes", "CANONICAL_ROOT", "portable_source_path", "portable_stack_trace"]
 
 _TRACE_FILE = re.compile(r'File "([^"\n]*)"')
 _PACKAGES_ROOT = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
@@ -111,8 +114,18 @@ def _kept(name: str) -> bool:
     return not any(name == d or (d.endswith("/") and name.startswith(d)) for d in DROPPED_MEMBERS)
 
 
-def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
-    """Write the canonical form of ``archive`` to ``dest`` atomically."""
+def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike, *, holes: bool = False) -> tuple[FileRange, ...]:
+    """Write the canonical form of ``archive`` to ``dest`` atomically; returns where its bytes are.
+
+    With ``holes``, the bulk entries (``MIN_CHUNK`` bytes or more, copied verbatim: the weights)
+    are not copied: ``dest`` keeps a hole of their size (and the CRC-32 the source's zip
+    directory records for them), and the canonical bytes are the returned ranges, read from
+    ``dest`` and from the source file in turn. The bundle writer then copies each weight once,
+    straight from the user's `.pt2` into the bundle, checking that CRC on the way;
+    ``fill_holes`` writes them into ``dest`` when a step needs the whole file (running samples).
+    Without ``holes``, one range: all of ``dest``.
+    """
+    bulk: list[tuple[int, Any]] = []  # (data offset in dest, source entry)
     # a scratch file; the bundle write fsyncs
     with atomic_write(dest, fsync=False) as out, DeterministicZipWriter(out) as writer:
         for name, entry in archive.entries.items():
@@ -127,5 +140,50 @@ def normalize_pt2(archive: Pt2Archive, dest: str | os.PathLike) -> None:
                     value = _scrub_paths(value)
                 writer.write_bytes(f"{CANONICAL_ROOT}/{name}", canonical_json(value))
                 continue
+            if holes and entry.size >= MIN_CHUNK:
+                at = writer.reserve(f"{CANONICAL_ROOT}/{name}", entry.size)
+                writer.set_crc(f"{CANONICAL_ROOT}/{name}", entry.crc)
+                bulk.append((at, entry))
+                continue
             with open_entry(archive.path, entry) as src:
                 writer.write_stream(f"{CANONICAL_ROOT}/{name}", src, entry.size)
+    dest = Path(dest)
+    total = dest.stat().st_size
+    ranges: list[FileRange] = []
+    pos = 0
+    for at, entry in sorted(bulk, key=lambda b: b[0]):
+        if at > pos:
+            ranges.append(FileRange(dest, pos, at - pos))
+        ranges.append(FileRange(Path(archive.path), entry.data_offset, entry.size, entry.crc))
+        pos = at + entry.size
+    if pos < total:
+        ranges.append(FileRange(dest, pos, total - pos))
+    return tuple(ranges)
+
+
+def fill_holes(dest: str | os.PathLike, ranges: Sequence[FileRange]) -> None:
+    """Copy into ``dest`` the parts of ``ranges`` that ``normalize_pt2(holes=True)`` left in
+    the source file, so ``dest`` alone holds the canonical bytes."""
+    dest = Path(dest)
+    fd = os.open(dest, os.O_WRONLY)
+    try:
+        pos = 0
+        for r in ranges:
+            if Path(r.path) != dest:
+                with open(r.path, "rb") as src:
+                    _copy_range(src.fileno(), r.offset, fd, pos, r.size)
+            pos += r.size
+    finally:
+        os.close(fd)
+
+
+def _copy_range(src: int, src_at: int, dst: int, dst_at: int, size: int) -> None:
+    while size > 0:
+        try:
+            n = os.copy_file_range(src, dst, size, src_at, dst_at)
+        except OSError:  # not supported here (other filesystems, old kernels): copy in userspace
+            data = os.pread(src, min(size, 8 << 20), src_at)
+            n = os.pwrite(dst, data, dst_at) if data else 0
+        if n <= 0:
+            raise OSError(f"file ended {size} bytes early")
+        src_at, dst_at, size = src_at + n, dst_at + n, size - n

@@ -1,7 +1,8 @@
 """Forged chunk tables, through the CLI on every setup: a chunked member is stored as its chunks,
-so push must check both each chunk and the whole member its manifest describes (exit 5 and
-nothing published otherwise), while any self-consistent chunking of the right bytes is fine
-and pulls back byte for byte."""
+and its chunk list is its integrity (format 2: no whole-member sha256). So push must check
+every chunk's digest and that the chunks tile the member exactly (exit 5 and nothing published
+otherwise), while any self-consistent chunking of the right bytes is fine and pulls back byte
+for byte."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,7 @@ import pytest
 from registry.format.bundle import BundleFile
 from registry.format.zipwrite import DeterministicZipWriter
 from registry.constants import MANIFEST_MEMBER
-from registry.format.manifest import Manifest
+from registry.digests import canonical_json
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +36,10 @@ def forge(src: Path, dest: Path, edit: Callable[[dict[str, Any], bytes], None]) 
     with open(src, "rb") as f:
         f.seek(offset)
         edit(member, f.read(size))
-    manifest = Manifest.from_raw(raw)
-    with open(dest, "wb") as out:
+    with open(dest, "wb") as out:  # the manifest is not validated: that is push's job
         writer = DeterministicZipWriter(out)
-        writer.write_bytes(MANIFEST_MEMBER, manifest.canonical)
-        for m in manifest.members:
+        writer.write_bytes(MANIFEST_MEMBER, canonical_json(raw))
+        for m in bundle.manifest.members:
             off, n = bundle.member_span(m.path)
             with open(src, "rb") as f:
                 f.seek(off)
@@ -55,8 +55,17 @@ def _member_bytes(bundle: BundleFile, path: str) -> bytes:
         return f.read(size)
 
 
-def _wrong_member_sha(member: dict[str, Any], _body: bytes) -> None:
-    member["sha256"] = hashlib.sha256(b"some other program").hexdigest()
+def _not_tiling(member: dict[str, Any], _body: bytes) -> None:
+    """Every digest true, but the last chunk is left out: the chunks no longer make up the member."""
+    member["chunks"] = member["chunks"][:-1]
+
+
+def _short_chunk(member: dict[str, Any], body: bytes) -> None:
+    """The first chunk claims 1 byte less (its digest re-computed, so it is true of those bytes):
+    the chunks no longer tile the member."""
+    first = member["chunks"][0]
+    first["size"] -= 1
+    first["sha256"] = hashlib.sha256(body[:first["size"]]).hexdigest()
 
 
 def _wrong_chunk_sha(member: dict[str, Any], _body: bytes) -> None:
@@ -79,9 +88,10 @@ def _other_tiling(member: dict[str, Any], body: bytes) -> None:
 
 
 @pytest.mark.parametrize("reg_env", ["local", "team"], indirect=True)
-@pytest.mark.parametrize("edit,needle", [(_wrong_member_sha, "does not match its sha256"),
+@pytest.mark.parametrize("edit,needle", [(_not_tiling, "chunks do not tile the member"),
+                                         (_short_chunk, "chunks do not tile the member"),
                                          (_wrong_chunk_sha, "does not match its digest")],
-                         ids=["member-sha", "chunk-sha"])
+                         ids=["missing-chunk", "short-chunk", "chunk-sha"])
 def test_inconsistent_chunk_table_is_refused_at_push(reg_env, chunked_bundle, tmp_path, edit, needle):
     forged = forge(chunked_bundle, tmp_path / "forged.pt2b", edit)
     r = reg_env.cli("push", str(forged), "--name", "forged")

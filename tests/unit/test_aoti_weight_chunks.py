@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 from registry.bundler import _weights_in_blobs
-from registry.format.chunking import hash_chunks, plan_chunks
+from registry.format.chunking import plan_chunks
+from registry.parallel import Segment, hash_ranges
 from registry.format.zipsafe import read_entries
 
 
@@ -25,8 +26,12 @@ def _zip(path: Path, members: dict[str, bytes]) -> Path:
 def _chunks(path: Path, extra=()) -> set[str]:
     spans = [(e.data_offset, e.size) for e in read_entries(path).values()
              if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra)] + list(extra)
-    _, hashed = hash_chunks(path, plan_chunks(spans, path.stat().st_size))
-    return {h for h, _ in hashed}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hashed = hash_ranges([[Segment(fd, a, n)] for a, n in plan_chunks(spans, path.stat().st_size)])
+    finally:
+        os.close(fd)
+    return {h.sha256 for h in hashed}
 
 
 def test_weights_inside_a_blob_become_the_portable_programs_chunks(tmp_path):

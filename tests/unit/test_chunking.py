@@ -90,10 +90,18 @@ def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
     good = build_bundle(tmp_path / "g.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
     raw = copy.deepcopy(good.manifest.to_json())
     chunks = raw["members"][0]["chunks"]
-    chunks[1]["sha256"] = "0" * 64  # a lie about one weight, member digest unchanged
+    real = chunks[1]["sha256"]
+    chunks[1]["sha256"] = "0" * 64  # a lie about one weight
     forged = Manifest.from_raw(raw)
     src = BundleFile.open(good.path)
+    # the writer checks every chunk in the pass that copies it: it never writes the lie
+    with pytest.raises(IntegrityError, match="chunk 1"):
+        write_bundle(tmp_path / "no.pt2b", forged, {m.path: (lambda p=m.path: src.open_member(p))
+                                                     for m in forged.members})
+    assert not (tmp_path / "no.pt2b").exists()
+    # a bundle edited in place (same length, so the zip stays well formed) is caught on verify
     out = tmp_path / "forged.pt2b"
-    write_bundle(out, forged, {m.path: (lambda p=m.path: src.open_member(p)) for m in forged.members})
+    out.write_bytes(good.path.read_bytes().replace(real.encode(), b"0" * 64, 1))
+    assert BundleFile.open(out).manifest.digest == forged.digest
     with pytest.raises(IntegrityError, match="chunk 1"):
         BundleFile.open(out).verify()

@@ -57,7 +57,7 @@ def test_unknown_keys_are_rejected():
 
 def test_future_format_says_so():
     raw = minimal()
-    raw["format"] = 2
+    raw["format"] = 3
     with pytest.raises(UnsupportedFormatError) as e:
         Manifest.from_raw(raw)
     assert "newer" in str(e.value) and e.value.exit_code == 4

@@ -1,5 +1,6 @@
-"""Concurrent blob transfers: ``run_parallel``, the in-order ``RangeHasher``, and the push/pull
-flows of ``registry.client.transfer`` (members split into chunks, checked whole on the side)."""
+"""Concurrent blob transfers: ``run_parallel``, the parallel hashing engine (``registry.parallel``),
+and the push/pull flows of ``registry.client.transfer`` (a member is its chunks: each one checked
+on its own, on every core; no whole-member hash)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,9 @@ import pytest
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
 from registry.errors import IntegrityError
-from registry.client.transfer import RangeHasher, assemble_member, upload_bundle
+from registry.client.transfer import assemble_member, upload_bundle
+from registry.format.manifest import Member
+from registry.parallel import BUFFER, Job, Segment, crc32_combine, hash_copy, hash_ranges
 
 
 def sha(data: bytes) -> str:
@@ -58,70 +61,60 @@ def test_run_parallel_empty():
     assert run_parallel(lambda i: i, [], 4) == []
 
 
-# -- RangeHasher -------------------------------------------------------------------------------
+# -- the parallel hashing engine ---------------------------------------------------------------
 
-@pytest.fixture
-def data_file(tmp_path) -> tuple[Path, bytes]:
-    data = os.urandom(3 * 1024 * 1024 + 77)
-    path = tmp_path / "data"
-    path.write_bytes(data)
-    return path, data
+def test_hash_ranges_match_hashlib_and_copy_exactly(tmp_path):
+    import zlib
 
-
-def _ranges(total: int, n: int) -> list[tuple[int, int]]:
-    step = total // n
-    return [(i * step, step if i < n - 1 else total - i * step) for i in range(n)]
-
-
-def test_range_hasher_ungated_hashes_the_ranges_in_order(data_file):
-    path, data = data_file
-    fd = os.open(path, os.O_RDONLY)
+    data = os.urandom(3 * BUFFER + 12345)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    cuts = [0, 1, 70_000, BUFFER + 5, 2 * BUFFER, len(data)]
+    spans = list(zip(cuts, cuts[1:]))
+    dst = tmp_path / "dst"
+    fd, out = os.open(src, os.O_RDONLY), os.open(dst, os.O_RDWR | os.O_CREAT)
+    seen = []
     try:
-        assert RangeHasher(fd, [(100, len(data) - 200)]).hexdigest() == sha(data[100:-100])
+        done = hash_ranges([Job((Segment(fd, a, b - a),), out, 7 + a) for a, b in spans], crc=True,
+                           progress=seen.append, workers=3)
     finally:
         os.close(fd)
+        os.close(out)
+    assert [h.sha256 for h in done] == [sha(data[a:b]) for a, b in spans]
+    assert [h.crc32 for h in done] == [zlib.crc32(data[a:b]) for a, b in spans]
+    assert dst.read_bytes() == b"\0" * 7 + data and sum(seen) == len(data)
+    assert max(seen) <= BUFFER                       # read in bounded pieces, whatever the range
+    whole = 0
+    for h in done:
+        whole = crc32_combine(whole, h.crc32, h.size)
+    assert whole == zlib.crc32(data)
 
 
-def test_range_hasher_gated_waits_for_each_range_whatever_order_they_complete(data_file):
-    path, data = data_file
-    ranges = _ranges(len(data), 5)
-    fd = os.open(path, os.O_RDONLY)
+def test_hash_ranges_names_the_job_that_does_not_match(tmp_path):
+    data = os.urandom(100_000)
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
     try:
-        hasher = RangeHasher(fd, ranges, gated=True)
-        for i in (3, 1, 4, 0):
-            hasher.ready(i)
-        time.sleep(0.05)
-        assert hasher._thread.is_alive()           # range 2 is not ready: still waiting
-        hasher.ready(2)
-        assert hasher.hexdigest() == sha(data)
-    finally:
-        os.close(fd)
-
-
-def test_range_hasher_cancel_and_short_file(data_file):
-    path, data = data_file
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        hasher = RangeHasher(fd, _ranges(len(data), 3), gated=True)
-        hasher.cancel()                              # returns although nothing became ready
-        assert not hasher._thread.is_alive()
-        with pytest.raises(OSError, match="bytes early"):
-            RangeHasher(fd, [(0, len(data) + 10)]).hexdigest()
+        jobs = [Job((Segment(fd, 0, 50_000),), expect=sha(data[:50_000])),
+                Job((Segment(fd, 50_000, 50_000),), expect="ab" * 32)]
+        with pytest.raises(IntegrityError, match="job 1"):
+            hash_ranges(jobs, mismatch=lambda i, got: IntegrityError(f"job {i}: got {got}"))
+        with pytest.raises(OSError, match="early"):
+            hash_copy([Segment(fd, 90_000, 20_000)])
     finally:
         os.close(fd)
 
 
 # -- push and pull of a chunked member ---------------------------------------------------------
 
-def _chunked(tmp_path: Path, *, member_sha: str | None = None, chunk_shas: list[str] | None = None):
+def _chunked(tmp_path: Path, *, chunk_shas: list[str] | None = None):
     """A fake opened bundle: one 4-chunk member at offset 64 of a file, plus its manifest view."""
     chunks = [os.urandom(n) for n in (70_000, 1_000_000, 123, 900_000)]
     body = b"".join(chunks)
     path = tmp_path / "fake.pt2b"
     path.write_bytes(b"H" * 64 + body + b"T" * 10)
-    member = SimpleNamespace(path="programs/m.pt2", size=len(body), sha256=member_sha or sha(body),
-                             digest="sha256:" + (member_sha or sha(body)),
-                             chunks=[(s, len(c)) for s, c in zip(chunk_shas or [sha(c) for c in chunks], chunks)])
+    member = Member("programs/m.pt2", None, len(body), "program",
+                    tuple((s, len(c)) for s, c in zip(chunk_shas or [sha(c) for c in chunks], chunks)))
     bundle = SimpleNamespace(path=path, manifest=SimpleNamespace(members=[member]),
                              member_span=lambda _p: (64, len(body)))
     return bundle, member, body
@@ -129,7 +122,7 @@ def _chunked(tmp_path: Path, *, member_sha: str | None = None, chunk_shas: list[
 
 @pytest.mark.parametrize("parallel", [1, 4])
 def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
-    monkeypatch.setattr("registry.blobs.local.PARALLEL_BLOBS", parallel)
+    monkeypatch.setattr("registry.blobs.local.WORKERS", parallel)
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, body = _chunked(tmp_path)
     seen = []
@@ -141,31 +134,40 @@ def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     assert dest.read_bytes() == body
 
 
-def test_push_refuses_a_member_whose_chunks_are_not_it(tmp_path):
+def test_push_refuses_a_damaged_file_chunk_by_chunk(tmp_path):
     store = LocalBlobStore(tmp_path / "store")
-    bundle, _member, _body = _chunked(tmp_path, member_sha="ab" * 32)
-    with pytest.raises(IntegrityError, match="does not match its sha256 in the manifest"):
+    bundle, member, _body = _chunked(tmp_path)
+    raw = bytearray(bundle.path.read_bytes())
+    raw[64 + 70_000 + 1_000_000 + 5] ^= 0xFF       # one byte of chunk 2 (123 bytes)
+    bundle.path.write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match=f"does not match its digest sha256:{member.chunks[2][0]}"):
         upload_bundle(bundle, store, None)
+    assert not store.exists("sha256:" + member.chunks[2][0])
+    assert not list((tmp_path / "store" / "tmp").iterdir())
 
 
 def test_push_refuses_a_wrong_chunk_digest(tmp_path):
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
-    member.chunks[2] = ("cd" * 32, member.chunks[2][1])
+    chunks = list(member.chunks)
+    chunks[2] = ("cd" * 32, chunks[2][1])
+    bundle.manifest.members[0] = Member(member.path, None, member.size, member.role, tuple(chunks))
     with pytest.raises(IntegrityError, match="cd" * 32):
         upload_bundle(bundle, store, None)
     assert not store.exists("sha256:" + "cd" * 32)
     assert not list((tmp_path / "store" / "tmp").iterdir())
 
 
-def test_pull_refuses_an_inconsistent_member_and_leaves_nothing(tmp_path):
+def test_pull_refuses_a_blob_of_the_wrong_size_and_leaves_nothing(tmp_path):
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
     upload_bundle(bundle, store, None)
-    member.sha256 = "ef" * 32          # the manifest now claims other bytes than its chunks make
+    chunks = list(member.chunks)
+    chunks[0], chunks[1] = (chunks[0][0], chunks[0][1] + 10), (chunks[1][0], chunks[1][1] - 10)
+    lying = Member(member.path, None, member.size, member.role, tuple(chunks))  # still tiles the member
     dest = tmp_path / "cache" / "m.pt2"
-    with pytest.raises(IntegrityError, match="rebuilt from its chunks does not match"):
-        assemble_member(member, store, dest, None)
+    with pytest.raises(IntegrityError, match="70000 bytes, expected 70010"):
+        assemble_member(lying, store, dest, None)
     assert not dest.exists() and not list(dest.parent.iterdir())
 
 
@@ -192,7 +194,7 @@ def test_parts_do_not_write_outside_their_range(tmp_path):
     out.write_bytes(b"\0" * 9000)
     fd = os.open(out, os.O_RDWR)
     try:
-        with pytest.raises(IntegrityError, match="larger than"):
+        with pytest.raises(IntegrityError, match="5000 bytes, expected 4000"):
             store.get_parts(fd, [Part("sha256:" + sha(a), 0, 4000), Part("sha256:" + sha(b), 4000, 5000)])
     finally:
         os.close(fd)

@@ -1,0 +1,290 @@
+"""Hashing and copying byte ranges of files on every core, in bounded memory.
+
+sha256 is sequential within one stream, so a big file hashes at one core's speed unless it is
+cut into independent ranges: a chunked member's chunks (and a big tensor's 64 MiB pieces) are
+such ranges, and every data path (bundle, push, pull, cache) hashes them at once, one range
+per worker thread. A worker reads its range with ``os.preadv`` into a buffer it owns, hashes
+it (and CRC-32s it when a zip header needs the sum) and writes it with ``os.pwrite`` at its
+place in the destination. hashlib, zlib and the syscalls all release the GIL, so the threads
+run in parallel; memory is one :data:`BUFFER` per worker, whatever the size of the data or
+the number of ranges.
+
+    >>> import tempfile; f = tempfile.TemporaryFile(); _ = f.write(b"abcdef"); f.flush()
+    >>> [h.size for h in hash_ranges([[Segment(f.fileno(), 0, 3)], [Segment(f.fileno(), 3, 3)]])]
+    [3, 3]
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
+
+from .errors import IntegrityError
+
+__all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel", "preallocate",
+           "crc32_combine", "locked_progress"]
+
+#: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
+#: writes that wait on the disk overlap with hashing)
+WORKERS = max(2, os.cpu_count() or 1)
+#: bytes each worker reads at a time: large enough that the per-call cost vanishes, small
+#: enough that all workers together stay within a few tens of MiB
+BUFFER = 4 * 1024 * 1024
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``size`` bytes at ``offset`` of the open file descriptor ``fd``."""
+
+    fd: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """What one pass over a range gave: its sha256 (hex), CRC-32 (0 unless asked) and length;
+    with CRCs asked, ``segment_crcs`` holds each segment's own CRC-32, in order."""
+
+    sha256: str
+    crc32: int
+    size: int
+    segment_crcs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One range to hash: the concatenation of ``segments``; written at ``out_offset`` of
+    ``out_fd`` when given; checked against ``expect`` (sha256 hex) when given."""
+
+    segments: tuple[Segment, ...]
+    out_fd: int | None = None
+    out_offset: int = 0
+    expect: str | None = None
+
+
+_local = threading.local()
+
+
+def _buffer() -> memoryview:
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = memoryview(bytearray(BUFFER))
+    return buf
+
+
+def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_offset: int = 0,
+              crc: bool = False, progress: Callable[[int], None] | None = None) -> Hashed:
+    """sha256 (and CRC-32) of the concatenated ``segments``, in this thread, one buffer at a
+    time; with ``out_fd`` every byte hashed is the byte written at ``out_offset`` onwards (the
+    copy is exactly what was hashed, even if the source changes meanwhile). ``OSError`` when a
+    source ends early."""
+    buf = _buffer()
+    h = hashlib.sha256()
+    c = 0
+    pos = out_offset
+    total = 0
+    crcs = []
+    for seg in segments:
+        offset, left = seg.offset, seg.size
+        sc = 0
+        while left > 0:
+            view = buf[:min(left, BUFFER)]
+            n = os.preadv(seg.fd, [view], offset)
+            if n <= 0:
+                raise OSError(f"file ended {left} bytes early (at byte {offset})")
+            data = view[:n]
+            h.update(data)
+            if crc:
+                sc = zlib.crc32(data, sc)
+            if out_fd is not None:
+                written = 0
+                while written < n:
+                    written += os.pwrite(out_fd, data[written:], pos + written)
+                pos += n
+            offset += n
+            left -= n
+            total += n
+            if progress is not None:
+                progress(n)
+        if crc:
+            crcs.append(sc)
+            c = crc32_combine(c, sc, seg.size)
+    return Hashed(h.hexdigest(), c, total, tuple(crcs))
+
+
+def hash_ranges(jobs: Sequence[Job | Sequence[Segment]], *, crc: bool = False,
+                progress: Callable[[int], None] | None = None, workers: int = WORKERS,
+                mismatch: Callable[[int, str], IntegrityError] | None = None) -> list[Hashed]:
+    """``hash_copy`` of every job on up to ``workers`` threads, results in order. A job whose
+    ``expect`` differs raises ``mismatch(index, got_hex)`` (an ``IntegrityError``; a generic one
+    without it); the first failure stops the jobs not yet started."""
+    progress = locked_progress(progress)
+    items = [j if isinstance(j, Job) else Job(tuple(j)) for j in jobs]
+
+    def one(i: int) -> Hashed:
+        job = items[i]
+        got = hash_copy(job.segments, out_fd=job.out_fd, out_offset=job.out_offset, crc=crc, progress=progress)
+        if job.expect is not None and got.sha256 != job.expect:
+            if mismatch is not None:
+                raise mismatch(i, got.sha256)
+            raise IntegrityError(f"bytes do not match their sha256 {job.expect[:12]}... (got {got.sha256[:12]}...)")
+        return got
+
+    return run_parallel(one, range(len(items)), workers)
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Reserve ``size`` bytes for a file about to be filled out of order (several writers at
+    their offsets): the filesystem allocates its blocks once instead of on every write. A
+    filesystem that cannot is simply written as it is."""
+    if size <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        pass
+
+
+def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int, *,
+                 on_error: Callable[[], None] | None = None) -> list[R]:
+    """``[fn(item) for item in items]`` on up to ``workers`` threads, results in order.
+
+    The first exception (or a ``KeyboardInterrupt`` here) stops every item not yet started (a
+    worker checks before it starts one, so at most the ``workers`` already running go on) and
+    calls ``on_error`` (to interrupt those, e.g. cancel their transfers); it is raised once
+    every thread has stopped, so nothing keeps writing behind the caller's back. One item, or
+    one worker, runs in the calling thread.
+    """
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    if not items:
+        return []
+    if len(items) == 1 or workers <= 1:
+        return [fn(item) for item in items]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def guarded(item: T) -> R | None:
+        if stop.is_set():
+            return None             # never started: the batch failed already
+        try:
+            return fn(item)
+        except BaseException as exc:
+            with lock:
+                failures.append(exc)
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
+                              thread_name_prefix="pt2reg-worker")
+    futures = [pool.submit(guarded, item) for item in items]
+    try:
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if failures:
+            raise failures[0]
+        return [f.result() for f in futures]
+    except BaseException:
+        stop.set()
+        for f in futures:
+            f.cancel()
+        if on_error is not None:
+            on_error()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def locked_progress(progress: Callable[[int], None] | None) -> Callable[[int], None] | None:
+    """``progress`` made safe to call from several threads at once."""
+    if progress is None or getattr(progress, "_locked", False):
+        return progress
+    lock = threading.Lock()
+
+    def call(n: int) -> None:
+        with lock:
+            progress(n)
+    call._locked = True  # type: ignore[attr-defined]
+    return call
+
+
+# -- CRC-32 of a concatenation from the CRCs of its parts ------------------------------------------
+# zip headers need the CRC-32 of a whole member, and its ranges are summed on different threads:
+# zlib's crc32_combine joins them in O(log n). Python's zlib module does not expose it; libz
+# does (loaded with ctypes), and a pure-Python port of the same algorithm stands in without it.
+
+def _load_combine() -> Callable[[int, int, int], int] | None:
+    name = ctypes.util.find_library("z")
+    if not name:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        fn = getattr(lib, "crc32_combine64", None)
+        wide = fn is not None
+        if fn is None:
+            fn = lib.crc32_combine
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_ulong
+    fn.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_int64 if wide else ctypes.c_long]
+    return lambda a, b, n: int(fn(a, b, n)) & 0xFFFFFFFF
+
+
+def _gf2_times(mat: list[int], vec: int) -> int:
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _gf2_square(mat: list[int]) -> list[int]:
+    return [_gf2_times(mat, mat[n]) for n in range(32)]
+
+
+def _combine_py(crc1: int, crc2: int, len2: int) -> int:
+    """zlib's ``crc32_combine`` (the matrix method), in Python."""
+    if len2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
+    even = _gf2_square(odd)                              # two zero bits
+    odd = _gf2_square(even)                              # four zero bits
+    while True:
+        even = _gf2_square(odd)
+        if len2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+        odd = _gf2_square(even)
+        if len2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+    return crc1 ^ crc2
+
+
+_combine_c = _load_combine()
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``A + B`` from ``crc1 = crc32(A)``, ``crc2 = crc32(B)`` and ``len(B)``.
+
+    >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
+    True
+    """
+    if _combine_c is not None:
+        return _combine_c(crc1, crc2, len2)
+    return _combine_py(crc1, crc2, len2)
