@@ -160,7 +160,7 @@ class _Builder:
         where = os.fspath(src.path)
         if not os.path.exists(where):
             raise NotFoundError(f"program file {where} not found", what="file", name=where)
-        archive = open_pt2(where, where=where)
+        archive = open_pt2(where, where=where, describe=False)  # vetted in full once canonical
         norm = self.work / f"p{index}.pt2"
         # a portable program's weights stay where they are: the bundle copies them once
         ranges = normalize_pt2(archive, norm, holes=bool(archive.programs))

@@ -27,6 +27,7 @@ from typing import Callable, Sequence, TypeVar
 from .errors import IntegrityError
 
 __all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel", "preallocate",
+           "start_writeback",
            "crc32_combine", "locked_progress"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
@@ -109,6 +110,7 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
                 written = 0
                 while written < n:
                     written += os.pwrite(out_fd, data[written:], pos + written)
+                start_writeback(out_fd, pos, n)
                 pos += n
             offset += n
             left -= n
@@ -140,6 +142,29 @@ def hash_ranges(jobs: Sequence[Job | Sequence[Segment]], *, crc: bool = False,
         return got
 
     return run_parallel(one, range(len(items)), workers)
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, size: int) -> None:
+    """Ask the kernel to start writing these bytes to disk now, without waiting (Linux's
+    ``sync_file_range(SYNC_FILE_RANGE_WRITE)``): the disk works while the copy goes on, so the
+    ``fsync``/``syncfs`` that makes the file durable at the end finds little left to do. It is
+    only a hint: durability still comes from that final sync."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, size, _SYNC_FILE_RANGE_WRITE)
 
 
 def preallocate(fd: int, size: int) -> None:

@@ -50,9 +50,10 @@ def upload_bundle(bundle: BundleFile, blobs: BlobStore, progress: ProgressFn | N
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
                     progress: ProgressFn | None) -> None:
     """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs, fetched several
-    at once into their places, each verified; nothing is left behind on failure."""
+    at once into their places, each verified; nothing is left behind on failure. Not fsynced:
+    a cache file (see ``BlobCache``: re-hashed after a reboot)."""
     parts = [Part("sha256:" + sha, offset, size) for sha, offset, size in member.chunk_spans()]
-    with atomic_write(Path(dest)) as out:
+    with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
         preallocate(out.fileno(), member.size)
         blobs.get_parts(out.fileno(), parts, progress=progress)

@@ -16,7 +16,7 @@ import stat
 import struct
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO, BinaryIO
 
 from ..constants import MAX_MEMBER_BYTES, MAX_MEMBERS
@@ -44,8 +44,7 @@ def check_member_name(name: str, *, where: str = "archive") -> str:
     """Refuse names that could escape an extraction directory or alias another member."""
     bad = (not name or name.startswith(("/", "\\")) or "\\" in name or "\x00" in name
            or (len(name) > 1 and name[1] == ":") or len(name) > 1024)
-    parts = PurePosixPath(name).parts
-    if bad or any(p in ("..", ".", "") for p in name.split("/")) or not parts:
+    if bad or any(p in ("..", ".", "") for p in name.split("/")):
         raise UnsafeArchiveError(f"{where}: unsafe member path {name!r}", member=name,
                                  hint="absolute, '..', empty or drive-letter paths are refused")
     return name
@@ -218,9 +217,12 @@ def _end_record(fp: BinaryIO, start: int, end: int, where: str) -> tuple[int, in
     if comment or disk or cd_disk or n_disk != n_total:
         raise _not_canonical(where, "the end-of-archive record has a comment or spans disks")
     tail = end - _EOCD.size
-    if 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
-        loc = _read_exact(fp, tail - _LOCATOR.size, _LOCATOR.size)
-        if len(loc) != _LOCATOR.size or loc[:4] != _LOCATOR_MAGIC:
+    # zipfile writes the zip64 records from 2 GiB on (its ZIP64_LIMIT), with the real values in
+    # the plain end record while they fit: the locator's presence, not a sentinel, says so
+    loc = _read_exact(fp, tail - _LOCATOR.size, _LOCATOR.size) if tail - start >= _LOCATOR.size else b""
+    zip64 = len(loc) == _LOCATOR.size and loc[:4] == _LOCATOR_MAGIC
+    if 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset) or zip64:
+        if not zip64:
             raise _not_canonical(where, "zip64 end locator missing")
         _m, ldisk, rec_offset, disks = _LOCATOR.unpack(loc)
         tail -= _LOCATOR.size
@@ -229,9 +231,12 @@ def _end_record(fp: BinaryIO, start: int, end: int, where: str) -> tuple[int, in
         rec = _read_exact(fp, tail - _EOCD64.size, _EOCD64.size)
         if len(rec) != _EOCD64.size or rec[:4] != _EOCD64_MAGIC:
             raise _not_canonical(where, "zip64 end record missing")
+        plain = (n_total, cd_size, cd_offset)
         _m, rec_size, _made, _need, d1, d2, n_disk, n_total, cd_size, cd_offset = _EOCD64.unpack(rec)
         if rec_size != _EOCD64.size - 12 or d1 or d2 or n_disk != n_total:
             raise _not_canonical(where, "zip64 end record is malformed")
+        if plain != (min(n_total, 0xFFFF), min(cd_size, 0xFFFFFFFF), min(cd_offset, 0xFFFFFFFF)):
+            raise _not_canonical(where, "the zip64 and plain end records disagree")
         tail -= _EOCD64.size
     if cd_offset + cd_size != tail - start:
         raise _not_canonical(where, "data between the central directory and the end record, or "

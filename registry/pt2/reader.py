@@ -319,14 +319,17 @@ def _pickled_members(rel: dict[str, ZipEntry], configs: _JsonMembers, programs: 
 
 def open_pt2(path: str | os.PathLike, *, where: str | None = None,
              dim_names: dict[str, dict[str, str]] | None = None, canonical: bool = False,
-             kind: str | None = None, span: tuple[int, int] | None = None) -> Pt2Archive:
+             kind: str | None = None, span: tuple[int, int] | None = None, describe: bool = True) -> Pt2Archive:
     """Validate and describe a `.pt2` file. ``dim_names``: program -> {symbol: Dim name}.
 
     ``canonical``: the file is a program member of a bundle, so it must be byte for byte what
     the bundler writes (``read_canonical_entries``: the zip layout; root ``archive/``; every JSON
     member torch parses in canonical form). ``kind`` ("exported_program" or "aoti") is what the
     manifest says the member is; a member that is not that is refused. ``span``: (offset, size)
-    of the archive inside ``path`` (a member read in place in its bundle).
+    of the archive inside ``path`` (a member read in place in its bundle). ``describe=False``
+    checks only the zip structure, layout and allowlist and names the programs (their
+    descriptions are left empty): what the bundler needs to normalize a file, which it then
+    opens in full in its canonical form.
     """
     path = os.fspath(path)
     where = where or path
@@ -349,14 +352,17 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
             raise UnsafeArchiveError(f"{where}: not a canonical program archive: it keeps torch's per-save id",
                                      member=".data/serialization_id")
     configs = _JsonMembers(path, rel, where, canonical=canonical)
-    if canonical and portable:
+    if canonical and portable and describe:
         _check_canonical_json(configs)
-    if portable:
+    if portable and describe:
         _check_payloads(rel, configs, where)
     programs: dict[str, dict[str, Any]] = {}
     for name, entry in rel.items():
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
             prog = name[len("models/"):-len(".json")]
+            if not describe:
+                programs[prog] = {}
+                continue
             model = configs.get(name)
             unsafe = unsafe_in_graph(model)
             if unsafe:
@@ -391,7 +397,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     if not programs and not aoti:
         raise UnsafeArchiveError(f"{where}: no program found (no models/*.json and no AOTInductor model)",
                                  hint="expected a file written by torch.export.save")
-    tensors, objects = _pickled_members(rel, configs, list(programs))
+    tensors, objects = _pickled_members(rel, configs, list(programs)) if describe else ([], [])
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
         pickled=sorted(tensors + objects), pickled_objects=objects,
