@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures_pt2 import ROOT
 
-SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox")  # mlflow: needs its own venv
+SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale")  # mlflow: needs its own venv
 
 
 @pytest.mark.slow

@@ -125,6 +125,124 @@ class TestMotoSpecifics:
         assert config.retries == {"total_max_attempts": 11, "mode": "standard"}  # 10 retries
         assert (config.connect_timeout, config.read_timeout) == (10, 120)
 
+    def test_stores_share_one_data_loader_whose_paths_never_grow(self, moto_s3):
+        from registry.blobs import s3
+
+        for _ in range(3):
+            S3BlobStore(f"s3://{moto_s3}")._s3()
+        paths = s3._SHARED_LOADER.search_paths
+        assert len(paths) == len(set(paths))
+
+    # -- get_parts streams each blob up to the threshold through one ranged GET ----------------
+    @staticmethod
+    def _stored_parts(store, tmp_path, sizes):
+        from registry.blobs.base import Part
+
+        pieces = [os.urandom(n) for n in sizes]
+        parts, offset = [], 0
+        for piece in pieces:
+            digest = blob(piece)[1]
+            store.put_bytes(piece, digest)
+            parts.append(Part(digest, offset, len(piece)))
+            offset += len(piece)
+        return b"".join(pieces), parts
+
+    def test_get_parts_streams_small_blobs_one_get_each(self, moto_s3, tmp_path):
+        client = raw_client()
+        store = S3BlobStore(f"s3://{moto_s3}/p", client=client, **SMALL_PARTS)
+        body, parts = self._stored_parts(store, tmp_path, [3 * MiB, 0, 5 * MiB, 17])
+        calls = CallCounter(client)
+        with open(tmp_path / "out", "wb") as f:
+            store.get_parts(f.fileno(), parts)
+        assert (tmp_path / "out").read_bytes() == body
+        assert calls.counts == {"GetObject": 4}  # no HEAD, one GET per blob
+
+    def test_get_parts_resumes_a_cut_off_body_from_the_next_byte(self, moto_s3, tmp_path, monkeypatch):
+        from botocore.exceptions import ResponseStreamingError
+
+        store = S3BlobStore(f"s3://{moto_s3}/p", **SMALL_PARTS)
+        body, parts = self._stored_parts(store, tmp_path, [4 * MiB + 5])
+        client, ranges = store._s3(), []
+        get_object = client.get_object
+
+        class CutOff:
+            def __init__(self, inner, after: int) -> None:
+                self.inner, self.left = inner, after
+
+            def read(self, n: int) -> bytes:
+                if self.left <= 0:
+                    raise ResponseStreamingError(error="connection reset by the test")
+                data = self.inner.read(min(n, self.left))
+                self.left -= len(data)
+                return data
+
+            def close(self) -> None:
+                self.inner.close()
+
+        def flaky(**kwargs):
+            ranges.append(kwargs.get("Range"))
+            response = get_object(**kwargs)
+            if len(ranges) <= 2:  # the first two answers stop part-way
+                response["Body"] = CutOff(response["Body"], 1 * MiB + 3)
+            return response
+
+        monkeypatch.setattr(client, "get_object", flaky)
+        seen = []
+        with open(tmp_path / "out", "wb") as f:
+            store.get_parts(f.fileno(), parts, progress=seen.append)
+        assert (tmp_path / "out").read_bytes() == body
+        size = parts[0].size
+        assert ranges == [f"bytes=0-{size - 1}", f"bytes={MiB + 3}-{size - 1}",
+                          f"bytes={2 * MiB + 6}-{size - 1}"]
+        assert sum(seen) == size
+
+    def test_get_parts_gives_up_after_five_cut_off_bodies(self, moto_s3, tmp_path, monkeypatch):
+        from botocore.exceptions import ResponseStreamingError
+
+        store = S3BlobStore(f"s3://{moto_s3}/p", **SMALL_PARTS)
+        _body, parts = self._stored_parts(store, tmp_path, [MiB])
+        client, calls = store._s3(), []
+        get_object = client.get_object
+
+        class Dead:
+            def read(self, n: int) -> bytes:
+                raise ResponseStreamingError(error="connection reset by the test")
+
+            def close(self) -> None:
+                pass
+
+        def dead(**kwargs):
+            calls.append(kwargs)
+            response = get_object(**kwargs)
+            response["Body"].close()
+            return {**response, "Body": Dead()}
+
+        monkeypatch.setattr(client, "get_object", dead)
+        with open(tmp_path / "out", "wb") as f, pytest.raises(StoreError, match="S3 download of"):
+            store.get_parts(f.fileno(), parts)
+        assert len(calls) == 5
+
+    def test_get_parts_refuses_an_answer_that_is_not_the_range_asked(self, moto_s3, tmp_path, monkeypatch):
+        store = S3BlobStore(f"s3://{moto_s3}/p", **SMALL_PARTS)
+        _body, parts = self._stored_parts(store, tmp_path, [MiB])
+        client = store._s3()
+        get_object = client.get_object
+        monkeypatch.setattr(client, "get_object",
+                            lambda **kw: get_object(**{k: v for k, v in kw.items() if k != "Range"}))
+        with open(tmp_path / "out", "wb") as f, \
+                pytest.raises(IntegrityError, match="it answered the whole object"):
+            store.get_parts(f.fileno(), parts)
+
+    def test_get_parts_refuses_a_stored_object_of_another_size(self, moto_s3, tmp_path):
+        from registry.blobs.base import Part
+
+        store = S3BlobStore(f"s3://{moto_s3}/p", **SMALL_PARTS)
+        _body, parts = self._stored_parts(store, tmp_path, [MiB])
+        longer = Part(parts[0].digest, 0, MiB + 10)  # a manifest that says otherwise
+        with open(tmp_path / "out", "wb") as f, \
+                pytest.raises(IntegrityError, match=f"has {MiB} bytes, expected {MiB + 10}"):
+            store.get_parts(f.fileno(), [longer])
+
 
 class TestEndpoint:
     @pytest.fixture
