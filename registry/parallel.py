@@ -36,6 +36,8 @@ WORKERS = max(2, os.cpu_count() or 1)
 #: bytes each worker reads at a time: large enough that the per-call cost vanishes, small
 #: enough that all workers together stay within a few tens of MiB
 BUFFER = 4 * 1024 * 1024
+#: a worker asks the kernel to start writing back what it copied every this many bytes
+WRITEBACK = 32 * 1024 * 1024
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -91,7 +93,7 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
     buf = _buffer()
     h = hashlib.sha256()
     c = 0
-    pos = out_offset
+    pos = flushed = out_offset
     total = 0
     crcs = []
     for seg in segments:
@@ -110,8 +112,10 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
                 written = 0
                 while written < n:
                     written += os.pwrite(out_fd, data[written:], pos + written)
-                start_writeback(out_fd, pos, n)
                 pos += n
+                if pos - flushed >= WRITEBACK:
+                    start_writeback(out_fd, flushed, pos - flushed)
+                    flushed = pos
             offset += n
             left -= n
             total += n
@@ -120,6 +124,8 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
         if crc:
             crcs.append(sc)
             c = crc32_combine(c, sc, seg.size)
+    if out_fd is not None and pos > flushed:
+        start_writeback(out_fd, flushed, pos - flushed)
     return Hashed(h.hexdigest(), c, total, tuple(crcs))
 
 
