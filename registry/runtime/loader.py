@@ -15,13 +15,17 @@ policy (``registry.client.trust``) is enforced by ``load`` before any of this.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..atomic import USER_FILE, atomic_write
+from ..constants import VERSION
+from ..digests import hex_of
 from .compat import CompatReport, Finding, check, pytree_classes_of
 from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
@@ -214,12 +218,17 @@ class _Vetted:
     objects: tuple[str, ...]   # pickled objects (TorchBind, opaque, sample inputs): never loaded
 
 
-def _vet(src: MaterializedBundle, report: CompatReport) -> list[_Vetted]:
+def _vet(src: MaterializedBundle, report: CompatReport, verdicts: Path | None = None) -> list[_Vetted]:
     """Vet each chosen variant's member the way torch will read it, whatever the flags: the
     canonical zip layout, the exact member allowlist, canonical JSON, the graph checks and the
     payload sizes (``open_pt2(canonical=True)``). Raises UnsafeArchiveError (exit 5) naming the
     program's member; returns what each would unpickle, as the reader found it (each chosen
-    member is read once per check or load, the other variants not at all)."""
+    member is read once per check or load, the other variants not at all).
+
+    With ``verdicts`` (a directory of the client cache), a member that passed is remembered by
+    its digest and the code that vetted it: its bytes come from the verified cache, so a later
+    load of the same content by the same code skips the graph checks (their cost grows with the
+    graph: ~0.25 ms per tensor, seconds for a program of 10,000 tensors)."""
     from ..pt2.reader import open_pt2
 
     out = []
@@ -227,12 +236,56 @@ def _vet(src: MaterializedBundle, report: CompatReport) -> list[_Vetted]:
         variant = choice.variant
         if variant is None:
             continue
+        member = src.manifest.member(variant.member)
+        record = verdicts / f"{hex_of(member.digest)}.json" if verdicts is not None and member else None
+        known = _read_verdict(record, variant.kind)
+        if known is not None:
+            out.append(_Vetted(name, variant.member, *known))
+            continue
         where = f"program {name!r} ({variant.member})"
         archive = open_pt2(src.member_file(variant.member), where=where, canonical=True, kind=variant.kind)
         objects = tuple(archive.pickled_objects)
         tensors = tuple(m for m in archive.pickled if m not in objects)
         out.append(_Vetted(name, variant.member, tensors, objects))
+        _write_verdict(record, variant.kind, tensors, objects)
     return out
+
+
+@lru_cache(maxsize=1)
+def _vetting_code() -> str:
+    """A digest of the code that vets programs (``registry/pt2``: the reader, the graph checks
+    and their checked-in grammars): a verdict holds only for the code that reached it."""
+    import hashlib
+
+    h = hashlib.sha256(VERSION.encode())
+    root = Path(__file__).resolve().parent.parent / "pt2"
+    for f in sorted(root.iterdir()):
+        if f.suffix in (".py", ".json"):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _read_verdict(record: Path | None, kind: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    if record is None:
+        return None
+    try:
+        value = json.loads(record.read_text("utf-8"))
+        if value["code"] != _vetting_code() or value["kind"] != kind:
+            return None
+        return tuple(map(str, value["tensors"])), tuple(map(str, value["objects"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_verdict(record: Path | None, kind: str, tensors: tuple[str, ...], objects: tuple[str, ...]) -> None:
+    if record is None:
+        return
+    try:
+        with atomic_write(record, fsync=False) as f:
+            f.write(json.dumps({"code": _vetting_code(), "kind": kind, "tensors": list(tensors),
+                                "objects": list(objects)}).encode("utf-8"))
+    except OSError:
+        pass  # a cache that cannot be written costs the next load the check, nothing more
 
 
 def _pickle_message(name: str, member: str, entries: Sequence[str], what: str = "pickled data") -> str:
@@ -353,7 +406,8 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
                                 findings=list(report.findings), hint=errors[0].fix or None)
     # whatever the flags: torch reads only vetted bytes. A forged member makes the whole bundle
     # suspect (every chosen variant is vetted); a pickled one blocks only its own program.
-    for v in _vet(src, report):
+    config = sandbox if sandbox is not None else _default_sandbox()
+    for v in _vet(src, report, config.vetted_dir.parent / "vetted-programs"):
         if v.program not in wanted:
             continue
         if v.objects:
@@ -374,7 +428,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     # per machine in one limited subprocess first (registry.runtime.sandbox; exit 5 if it crashes or runs out)
     from .sandbox import vet_programs
 
-    vet_programs(src, chosen, device, sandbox if sandbox is not None else _default_sandbox())
+    vet_programs(src, chosen, device, config)
     loaded = {}
     for spec, variant in chosen:
         loaded[spec.name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))

@@ -177,3 +177,33 @@ def test_aoti_other_target_gets_the_portable_program(aoti, open_bundle):
     bundle = load_bundle(src, device="cpu", target=Target.from_json({**here.to_json(), "machine": "aarch64"}))
     assert bundle["encoder"].variant.id == "portable"
     torch.testing.assert_close(bundle["encoder"](*aoti.inputs["encoder"]), aoti.expected["encoder"])
+
+
+def test_a_vetting_verdict_is_reused_only_for_the_same_content_and_code(pickled, encdec, tmp_path, monkeypatch):
+    """A load remembers that a member passed the graph checks (by its digest and the vetting
+    code's); the next load of that content skips them, and still refuses what the first refused."""
+    import registry.pt2.reader as reader
+    from registry.runtime import loader
+    from registry.runtime.sandbox import SandboxConfig
+
+    calls = []
+    real = reader.open_pt2
+    monkeypatch.setattr(reader, "open_pt2", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    config = SandboxConfig.from_env(tmp_path / "cache", {"PT2REG_SANDBOX": "off"})
+    src = materialize_file(encdec.path, tmp_path / "cache")
+    load_bundle(src, device="cpu", sandbox=config)
+    first = len(calls)
+    assert first >= 1
+    load_bundle(src, device="cpu", sandbox=config)
+    assert len(calls) == first                                   # same content, same code: reused
+    monkeypatch.setattr(loader, "_vetting_code", lambda: "other code")
+    load_bundle(src, device="cpu", sandbox=config)
+    assert len(calls) == 2 * first                               # other code: vetted again
+    monkeypatch.undo()
+    bad = materialize_file(pickled.path, tmp_path / "cache")
+    for _ in range(2):                                           # the refusal survives the verdict
+        with pytest.raises(UnsafeArchiveError, match="pickled tensors: data/weights/weight_0"):
+            load_bundle(bad, device="cpu", sandbox=config)
+    for record in (tmp_path / "cache" / "vetted-programs").iterdir():
+        record.write_text("{not json")                           # a damaged verdict is ignored
+    assert "encoder" in load_bundle(src, device="cpu", sandbox=config)
