@@ -3,10 +3,10 @@
 1. ``pt2reg push`` (a separate process, as a user runs it) into a fresh local registry vs
    ``cp`` of the same bundle. Marginal cost = (push big - push tiny) vs (cp big - cp tiny), so
    interpreter start-up, the schema creation of a fresh SQLite file and the manifest cancel
-   out and what is left is the per-byte cost. ``push`` fsyncs every blob (durable), ``cp``
-   does not; ``cp + sync`` is shown too, as information, and so is one sha256 pass over the
-   bundle (hashlib, 1 MiB reads): every member's whole-file digest is one sequential pass,
-   so no push that verifies it can beat that time, however many cores it has.
+   out and what is left is the per-byte cost. ``push`` makes every blob durable before it
+   records the version, ``cp`` does not; ``cp + sync`` is shown too, as information, and so
+   is one sha256 pass over the bundle on one core (hashlib, 1 MiB reads): what a whole-member
+   digest cost before format 2 (issue 17), where push hashes the chunks on every core.
 2. The canonical-bytes check push runs on every program member (``check_bundle_programs``:
    zip layout, member allowlist, canonical JSON, graph and payload checks), timed alone on the
    same bundle, as a share of the whole push.
@@ -58,11 +58,11 @@ def push_vs_cp(ms, reps: int, work) -> tuple[Row, Row, dict]:
     rows = [Row(f"push {size:.0f} MiB, local store, marginal (big - tiny)", push_m, cp_m,
                 target="<= 1.5x vs cp", ok=push_m / cp_m <= 1.5 if cp_m > 0 else None,
                 note=f"whole: push {m['push big']:.2f} s, cp {m['cp big']:.2f} s"),
-            Row("  same, vs cp + sync (push fsyncs every blob)", push_m, sync_m,
+            Row("  same, vs cp + sync (push makes every blob durable)", push_m, sync_m,
                 note="information only"),
-            Row("  one sha256 pass alone (no copy, no sync) vs cp", hash_s, cp_m,
-                note="a member's whole-file sha256 is one sequential pass: push's lower bound "
-                     "(information only)")]
+            Row("  one sha256 pass on one core (no copy, no sync) vs cp", hash_s, cp_m,
+                note="a whole-member sha256, which format 1 checked at push (format 2 hashes "
+                     "chunks on every core): information only")]
     return rows, {"timings": t, "sha256_one_pass": hash_s}
 
 

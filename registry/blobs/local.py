@@ -32,7 +32,7 @@ __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 #: put_parts makes its temp files durable and renames them into place every this many bytes
 #: (on a thread of its own, while the copies go on): one filesystem sync per batch, and a
 #: killed push keeps every batch it committed
-COMMIT_BYTES = 64 * 1024 * 1024
+COMMIT_BYTES = 256 * 1024 * 1024
 #: ... or every this many blobs, whichever comes first
 COMMIT_BLOBS = 4096
 
