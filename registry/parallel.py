@@ -285,26 +285,20 @@ def _gf2_square(mat: list[int]) -> list[int]:
 
 
 def _combine_py(crc1: int, crc2: int, len2: int) -> int:
-    """zlib's ``crc32_combine`` (the matrix method), in Python."""
+    """zlib's ``crc32_combine`` (the matrix method), in Python: append ``len2`` zero bytes to
+    ``crc1`` by squaring the one-zero-byte operator, then add ``crc2``."""
     if len2 <= 0:
         return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
-    even = _gf2_square(odd)                              # two zero bits
-    odd = _gf2_square(even)                              # four zero bits
+    op = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
+    for _ in range(3):
+        op = _gf2_square(op)                          # ... for one zero byte
     while True:
-        even = _gf2_square(odd)
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(op, crc1)
         len2 >>= 1
         if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-    return crc1 ^ crc2
+            return crc1 ^ crc2
+        op = _gf2_square(op)
 
 
 _combine_c = _load_combine()

@@ -199,3 +199,14 @@ def test_parts_do_not_write_outside_their_range(tmp_path):
     finally:
         os.close(fd)
     assert out.read_bytes()[4000:] in (b"\0" * 5000, b[:5000])   # a never spilled into b's range
+
+
+def test_the_python_crc32_combine_matches_zlib():
+    """The stand-in used where libz cannot be loaded with ctypes."""
+    import zlib
+
+    from registry.parallel import _combine_py
+
+    for n in (0, 1, 7, 8, 4096, 77_777):
+        a, b = os.urandom(13), os.urandom(n)
+        assert _combine_py(zlib.crc32(a), zlib.crc32(b), n) == zlib.crc32(a + b), n
