@@ -257,8 +257,10 @@ def _vetting_code() -> str:
     and their checked-in grammars): a verdict holds only for the code that reached it."""
     import hashlib
 
+    from .. import pt2
+
     h = hashlib.sha256(VERSION.encode())
-    root = Path(__file__).resolve().parent.parent / "pt2"
+    root = Path(pt2.__file__).resolve().parent
     for f in sorted(root.iterdir()):
         if f.suffix in (".py", ".json"):
             h.update(f.name.encode() + b"\0" + f.read_bytes())
