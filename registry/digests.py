@@ -8,22 +8,21 @@ Every byte that is hashed on its way somewhere goes through one loop, :func:`pum
 * :class:`VerifyingReader`: a stream whose last read raises ``IntegrityError`` when the bytes
   do not hash to the expected digest (what an upload or a bundle write reads from);
 * :class:`HashingWriter`: a write-through that hashes, strictly in order (what a download
-  writes into);
-* :class:`PreadReader`: reads a range of a file descriptor with ``os.pread`` (no shared file
-  position), for hashing a file another thread is writing.
+  writes into).
+
+Hashing many ranges of files at once, on every core, is ``registry.parallel``'s.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import IO, Any, BinaryIO, Callable, Iterator
 
 from .constants import CHUNK_SIZE
 from .errors import IntegrityError
 
 __all__ = ["canonical_json", "sha256_bytes", "sha256_stream", "digest_of_bytes", "hex_of", "iter_chunks",
-           "pump", "VerifyingReader", "HashingWriter", "PreadReader"]
+           "pump", "VerifyingReader", "HashingWriter"]
 
 
 def canonical_json(value: Any) -> bytes:
@@ -183,16 +182,3 @@ class HashingWriter:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
-
-
-class PreadReader:
-    """``read(n)`` from ``offset`` of an open file descriptor with ``os.pread``: several readers
-    (and writers) can share one descriptor, since no file position is moved."""
-
-    def __init__(self, fd: int, offset: int = 0) -> None:
-        self._fd, self.pos = fd, offset
-
-    def read(self, n: int) -> bytes:
-        data = os.pread(self._fd, n, self.pos)
-        self.pos += len(data)
-        return data

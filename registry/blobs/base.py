@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..atomic import atomic_write
-from ..digests import HashingWriter, VerifyingReader, pump
+from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import locked_progress, run_parallel
+from ..parallel import Segment, hash_copy, locked_progress, run_parallel
 from ..refs import validate_digest
 
 __all__ = [
     "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
-    "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range",
+    "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range", "range_error",
     "corrupt_blob_error", "PwriteWriter", "verified_into", "atomic_download",
 ]
 
@@ -217,16 +217,24 @@ def open_range(path: str | os.PathLike, offset: int, length: int | None) -> Iter
         yield src, length
 
 
-def check_range(path: str | os.PathLike, part: Part) -> None:
+def range_error(path: str | os.PathLike, part: Part, got_hex: str) -> IntegrityError:
+    """The error for a range of a local file that does not hash to the blob it should be."""
+    return IntegrityError(f"{os.fspath(path)}: the chunk at offset {part.offset} does not match its digest "
+                          f"{part.digest} (got sha256:{got_hex[:12]}...)",
+                          hint="the file is damaged or was altered after it was built")
+
+
+def check_range(path: str | os.PathLike, part: Part, *, fd: int | None = None,
+                progress: ProgressFn | None = None) -> None:
     """Hash a range of a local file that is already stored under ``part.digest``: a push of a
-    damaged file must fail even when the store needs none of its bytes. ``IntegrityError``."""
-    with open_range(path, part.offset, part.size) as (src, n):
-        try:
-            pump(VerifyingReader(src, part.digest, size=n))
-        except IntegrityError as exc:
-            raise IntegrityError(f"{os.fspath(path)}: the bytes at offset {part.offset} do not match "
-                                 f"{part.digest} ({exc.message})",
-                                 hint="the file is damaged or was altered after it was built") from exc
+    damaged file must fail even when the store needs none of its bytes. ``IntegrityError``.
+    ``fd``: the file, already open (and its size checked)."""
+    if fd is None:
+        with open_range(path, part.offset, part.size) as (src, _n):
+            return check_range(path, part, fd=src.fileno(), progress=progress)
+    got = hash_copy([Segment(fd, part.offset, part.size)], progress=progress)
+    if got.sha256 != part.digest[7:]:
+        raise range_error(path, part, got.sha256)
 
 
 @contextlib.contextmanager

@@ -24,8 +24,9 @@ from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
 from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_parallel
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_relpath, checked_range,
-                   corrupt_blob_error, digest_from_relpath, open_range, unique_parts, verified_into)
+from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_relpath, check_range,
+                   checked_range, corrupt_blob_error, digest_from_relpath, open_range, range_error,
+                   unique_parts, verified_into)
 
 __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
@@ -106,9 +107,7 @@ class LocalBlobStore:
             def one(part: Part) -> tuple[int, int]:
                 if self._intact(part.digest, part.size):
                     # already stored; the source is still checked: a push of a damaged file fails
-                    got = hash_copy([Segment(src_fd, part.offset, part.size)], progress=progress)
-                    if got.sha256 != part.digest[7:]:
-                        raise _range_error(path, part, got.sha256)
+                    check_range(path, part, fd=src_fd, progress=progress)
                     return 0, part.size
                 committer.add(self._write_tmp(src_fd, part, path, progress), part)
                 return part.size, 0
@@ -138,7 +137,7 @@ class LocalBlobStore:
             finally:
                 os.close(fd)
             if got.sha256 != part.digest[7:]:
-                raise _range_error(path, part, got.sha256)
+                raise range_error(path, part, got.sha256)
             os.chmod(tmp, 0o444)
         except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
@@ -409,12 +408,6 @@ class _Committer:
         for tmp, _d, _n in left:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-
-
-def _range_error(path: str | os.PathLike, part: Part, got: str) -> IntegrityError:
-    return IntegrityError(f"{os.fspath(path)}: the chunk at offset {part.offset} does not match its digest "
-                          f"{part.digest} (got sha256:{got[:12]}...)",
-                          hint="the file is damaged or was altered after it was built")
 
 
 def _sorted_names(directory: Path) -> list[str]:

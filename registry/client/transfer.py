@@ -33,9 +33,7 @@ def bundle_parts(bundle: BundleFile) -> list[Part]:
     for m in bundle.manifest.members:
         offset, _size = bundle.member_span(m.path)
         if m.chunks:
-            for sha, size in m.chunks:
-                parts.append(Part("sha256:" + sha, offset, size))
-                offset += size
+            parts.extend(Part("sha256:" + sha, offset + at, size) for sha, at, size in m.chunk_spans())
         else:
             parts.append(Part(m.digest, offset, m.size))
     return parts

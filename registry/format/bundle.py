@@ -16,12 +16,12 @@ chunk hashed in the pass that copies it; the manifest, which leads the file, is 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import IO, Any, Callable, Mapping, Sequence, Union
 
 from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
                          MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
@@ -213,20 +213,14 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
         if fill_digests:
             manifest = _filled(manifest, results)
         os.pwrite(fd, manifest.canonical, manifest_at)
-        writer.set_crc(MANIFEST_MEMBER, _combined_crc([_crc_of(manifest.canonical)]))
+        writer.set_crc(MANIFEST_MEMBER, zlib.crc32(manifest.canonical))
     return manifest
-
-
-def _crc_of(data: bytes) -> Hashed:
-    import zlib
-    return Hashed("", zlib.crc32(data), len(data))
 
 
 def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check: bool,
                  progress: Callable[[int], None] | None) -> list[Hashed]:
     """A member from a stream, in order: each chunk hashed (and checked) as it is written."""
     import hashlib
-    import zlib
 
     out = []
     spans = member.chunk_spans() if member.chunks else [(member.sha256, 0, member.size)]
@@ -358,16 +352,19 @@ class BundleFile:
         e = self.entries[path]
         return e.data_offset, e.size
 
-    def _segments(self, member: Member, fd: int) -> Callable[[int, int], tuple[Segment, ...]]:
+    def _range(self, member: Member) -> tuple[FileRange]:
         offset, _size = self.member_span(member.path)
-        return lambda start, n: (Segment(fd, offset + start, n),)
+        return (FileRange(self.path, offset, member.size),)
 
     def verify_members(self, members: Sequence[Member], progress: Callable[[int], None] | None = None) -> None:
         """Check members against the manifest on every core: each chunk's sha256 (a chunked
         member's chunk list is its integrity), or an unchunked member's sha256."""
-        with self._fd() as fd:
-            plan = [(m, member_jobs(m, self._segments(m, fd))) for m in members]
+        files = _Files()
+        try:
+            plan = [(m, member_jobs(m, lambda a, n, r=self._range(m): _slice(r, files, a, n))) for m in members]
             _run_member_jobs(plan, f"{self.path}: ", progress=progress)
+        finally:
+            files.close()
 
     def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
         """Check one member (see ``verify_members``)."""
@@ -380,20 +377,10 @@ class BundleFile:
     def extract_member(self, path: str, dest: str | os.PathLike) -> Path:
         """Copy one member to ``dest`` atomically, verifying it on the way."""
         member = self.member(path)
-        offset, _size = self.member_span(path)
         with atomic_write(dest) as out:
             out.flush()
-            copy_member(member, (FileRange(self.path, offset, member.size),), out.fileno(),
-                        where=f"{self.path}: ")
+            copy_member(member, self._range(member), out.fileno(), where=f"{self.path}: ")
         return Path(dest)
-
-    @contextlib.contextmanager
-    def _fd(self) -> Iterator[int]:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
 
 
 def _envelope(path: Path, entries: dict[str, ZipEntry], name: str, where: str) -> Any:
