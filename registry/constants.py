@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "DEFAULT_HOME",
+    "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "ENV_URL", "ENV_TOKEN", "DEFAULT_HOME", "CREDENTIALS_FILE",
     "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER",
     "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
     "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
@@ -21,6 +21,12 @@ ENV_HOME = "PT2REG_HOME"
 ENV_DB = "PT2REG_DB"
 ENV_STORE = "PT2REG_STORE"
 ENV_ACTOR = "PT2REG_ACTOR"
+#: a registry server to use instead of a database and a store (``--registry``)
+ENV_URL = "PT2REG_URL"
+#: the token for that server (else ``--token-file``, else ``pt2reg login``'s credentials file)
+ENV_TOKEN = "PT2REG_TOKEN"
+#: where ``pt2reg login`` keeps tokens, per server URL, under the home (mode 0600)
+CREDENTIALS_FILE = "credentials.json"
 DEFAULT_HOME = "~/.pt2reg"
 
 #: Version of the bundle format this code writes and the highest it reads. Format 2: a chunked

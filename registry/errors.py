@@ -13,6 +13,8 @@ contract and a one-line message that says what was wrong and what to do::
     │   ├── ManifestError                       manifest not valid against the schema
     │   └── SignatureError                      missing or wrong signature
     ├── ConflictError                  exit 6   a state change lost a race or clashes
+    ├── AccessDeniedError              exit 7   the token lacks the scope (HTTP 403)
+    │   └── NotAuthenticatedError               no, unknown, expired or revoked token (HTTP 401)
     └── StoreError                     exit 1   a backend (database, S3) failed
         └── DatabaseOutdatedError               the database schema is behind head
 
@@ -33,6 +35,8 @@ __all__ = [
     "ManifestError",
     "SignatureError",
     "ConflictError",
+    "AccessDeniedError",
+    "NotAuthenticatedError",
     "StoreError",
     "DatabaseOutdatedError",
     "InputValidationError",
@@ -111,6 +115,20 @@ class SignatureError(IntegrityError):
 
 class ConflictError(RegistryError):
     exit_code = 6
+
+
+class AccessDeniedError(RegistryError):
+    """The caller is authenticated but not permitted; ``scope`` names the missing scope."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, *, scope: str | None = None, hint: str | None = None):
+        self.scope = scope
+        super().__init__(message, hint=hint)
+
+
+class NotAuthenticatedError(AccessDeniedError):
+    """No token, or an unknown, expired or revoked one."""
 
 
 class StoreError(RegistryError):

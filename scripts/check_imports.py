@@ -22,11 +22,12 @@ PKG = ROOT / "registry"
 LAYERS = [
     {"registry.errors", "registry.constants", "registry.config", "registry.refs", "registry.digests",
      "registry.atomic", "registry.parallel"},
-    {"registry.format", "registry.blobs"},
-    {"registry.pt2", "registry.store", "registry.sources"},
+    {"registry.format", "registry.blobs", "registry.access"},
+    {"registry.pt2", "registry.store", "registry.sources", "registry.remote"},
     {"registry.client"},
     {"registry.runtime"},
     {"registry.bundler"},
+    {"registry.server"},
     {"registry.cli", "registry"},
 ]
 

@@ -3,6 +3,13 @@
 - ``local``: SQLite file + local blob directory (the embedded default, zero services)
 - ``moto``: SQLite + S3 served by moto's server (``tests.services_s3.moto_endpoint``)
 - ``team``: real PostgreSQL + real SeaweedFS S3 (the integration tier)
+- ``server``: SQLite + local blob directory behind ``pt2reg serve`` (a real uvicorn process);
+  the CLI holds only ``PT2REG_URL`` and an admin token, never the database or store
+- ``team-server``: real PostgreSQL + SeaweedFS behind ``pt2reg serve``; blobs move through
+  presigned URLs and the client has no cloud credentials
+
+The tests are the same for every kind: a test that runs against a direct store runs against the
+server unchanged (only ``cli_env`` differs).
 """
 from __future__ import annotations
 
@@ -32,9 +39,15 @@ class RegistryEnv:
     db: str
     store: str
     env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None      # set: clients reach the registry through this server only
+    token: str | None = None    # the clients' token (admin) when ``url`` is set
 
-    def cli_env(self, home: Path | None = None) -> dict[str, str]:
+    def cli_env(self, home: Path | None = None) -> dict[str, str | None]:
         """The variables pointing ``pt2reg`` at this registry (``home``: another machine's home)."""
+        if self.url:
+            unset = dict.fromkeys(("PT2REG_DB", "PT2REG_STORE", *_FAKE_AWS, "AWS_ENDPOINT_URL"))
+            return {**unset, "PT2REG_HOME": str(home or self.home), "PT2REG_URL": self.url,
+                    "PT2REG_TOKEN": self.token}
         return {**self.env, "PT2REG_HOME": str(home or self.home), "PT2REG_DB": self.db,
                 "PT2REG_STORE": self.store}
 
@@ -44,7 +57,8 @@ class RegistryEnv:
 
     def cli_process(self, *args: Any, home: Path | None = None, **kwargs: Any):
         """``pt2reg ARGS`` against this registry in a fresh process (kills, races, limits)."""
-        return cli_process(*args, env=self.cli_env(home), **kwargs)
+        env = {k: v for k, v in self.cli_env(home).items() if v is not None}
+        return cli_process(*args, env=env, **kwargs)
 
     def s3_client(self):
         import boto3
@@ -95,6 +109,9 @@ class RegistryEnv:
 
 def make_env(kind: str, tmp: Path, request: pytest.FixtureRequest) -> RegistryEnv:
     home = tmp / "home"
+    if kind in ("server", "team-server"):
+        return _behind_server(make_env(kind.replace("server", "").strip("-") or "local", tmp, request),
+                              kind, request)
     if kind == "local":
         return RegistryEnv(kind, home, f"sqlite:///{tmp / 'registry.db'}", f"file://{tmp / 'store'}")
     if kind == "moto":
@@ -112,10 +129,26 @@ def make_env(kind: str, tmp: Path, request: pytest.FixtureRequest) -> RegistryEn
     raise ValueError(kind)
 
 
-@pytest.fixture(params=["local", "moto", pytest.param("team", marks=pytest.mark.integration)])
+def _behind_server(direct: RegistryEnv, kind: str, request: pytest.FixtureRequest) -> RegistryEnv:
+    """``direct``'s database and store served by a real ``pt2reg serve`` process for the test."""
+    from tests.services_server import make_token, registry_server
+
+    if direct.kind != "local":  # the server refuses a database behind head
+        r = direct.cli("db", "upgrade")
+        assert r.returncode == 0, r.stderr
+    server_env = {**direct.env, "PT2REG_HOME": str(direct.home.parent / "server-home")}
+    ctx = registry_server(direct.db, direct.store, env=server_env, log_dir=direct.home.parent / "server-log")
+    server = ctx.__enter__()
+    request.addfinalizer(lambda: ctx.__exit__(None, None, None))
+    token = make_token(direct.db, "ci-admin", ["admin"])
+    return RegistryEnv(kind, direct.home, direct.db, direct.store, direct.env, url=server.url, token=token)
+
+
+@pytest.fixture(params=["local", "moto", "server", pytest.param("team", marks=pytest.mark.integration),
+                        pytest.param("team-server", marks=pytest.mark.integration)])
 def reg_env(request: pytest.FixtureRequest, tmp_path: Path) -> RegistryEnv:
     reg = make_env(request.param, tmp_path, request)
-    if reg.kind != "local":  # shared databases are never migrated silently
+    if reg.kind in ("moto", "team"):  # shared databases are never migrated silently
         r = reg.cli("db", "upgrade")
         assert r.returncode == 0, r.stderr
     return reg

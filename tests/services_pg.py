@@ -196,3 +196,21 @@ def pg_db_url(pg_server: PostgresServer) -> Iterator[str]:
         yield url
     finally:
         pg_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh metadata database URL, once per backend: an SQLite file, and a PostgreSQL
+    database on the shared server (the integration tier)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'registry.db'}"
+    return request.getfixturevalue("pg_db_url")
+
+
+@pytest.fixture
+def sql_store(db_url: str):
+    """A ``SqlMetadataStore`` at head on ``db_url``, closed after the test."""
+    from registry.store import open_metadata_store
+
+    with open_metadata_store(db_url, auto_create=True) as store:
+        yield store

@@ -118,7 +118,7 @@ def seaweed_server(*, timeout: float = READY_TIMEOUT) -> Iterator[SeaweedS3]:
         yield SeaweedS3(endpoint=endpoint, env=env, log_path=log_path,
                         startup_seconds=time.monotonic() - started)
     finally:
-        _stop(proc)
+        stop_group(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -244,7 +244,7 @@ def _volume_joined(master_port: int) -> bool:
     return status.get("Topology", {}).get("Free", 0) > 0
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM the server's process group, then SIGKILL it if it lingers (weed may ignore TERM)."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):

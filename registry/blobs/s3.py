@@ -54,9 +54,11 @@ from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_d
                    check_range, corrupt_blob_error, digest_from_relpath, locked_progress, open_range,
                    run_parallel, unique_parts, verified_into)
 
-__all__ = ["S3BlobStore"]
+__all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS"]
 
 MiB = 1024 * 1024
+#: presigned URLs never live longer than this (15 minutes)
+PRESIGN_MAX_SECONDS = 900
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
 _MISSING_UPLOAD_CODES = {"NoSuchUpload", "404", "NotFound"}
@@ -93,6 +95,7 @@ class S3BlobStore:
         #: the key prefix every blob is under (listings start here)
         self._top = f"{self.prefix}/{BLOBS_DIR}/" if self.prefix else f"{BLOBS_DIR}/"
         self._client = client
+        self._presigner = None
         self._client_lock = threading.Lock()
         self._max_concurrency = max_concurrency
         #: get_parts streams a blob up to this size through one GET (see ``_stream``)
@@ -387,6 +390,48 @@ class S3BlobStore:
             raise corrupt_blob_error(digest, got, self.url)
         return data
 
+    # -- presigned access (the registry server hands these to its clients) ----------------------
+
+    def presign_put(self, digest: str, size: int, expires: int = PRESIGN_MAX_SECONDS
+                    ) -> tuple[str, dict[str, str]]:
+        """A URL that lets its holder PUT exactly this blob, for at most ``expires`` seconds
+        (capped at ``PRESIGN_MAX_SECONDS``), and the headers the PUT must carry. The
+        ``x-amz-checksum-sha256`` header (the digest), ``x-amz-sdk-checksum-algorithm`` and
+        ``Content-Length`` (``size``) are signed (SigV4), so S3 refuses the upload unless the
+        body has that size and hashes to the digest, and stores the checksum for :meth:`head`
+        (moto keeps it only when the algorithm header comes too)."""
+        if not isinstance(size, int) or size < 0:
+            raise UsageError(f"invalid blob size {size!r}")
+        checksum = _b64_digest(digest)
+        with self._translated("presign", digest):
+            url = self._signer().generate_presigned_url(
+                "put_object", Params={"Bucket": self.bucket, "Key": self._key(digest),
+                                      "ChecksumSHA256": checksum, "ChecksumAlgorithm": "SHA256",
+                                      "ContentLength": size},
+                ExpiresIn=_presign_seconds(expires), HttpMethod="PUT")
+        return url, {"x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256"}
+
+    def presign_get(self, digest: str, expires: int = PRESIGN_MAX_SECONDS) -> str:
+        """A URL that lets its holder GET this one blob (Range allowed) for at most
+        ``expires`` seconds (capped at ``PRESIGN_MAX_SECONDS``)."""
+        with self._translated("presign", digest):
+            return self._signer().generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(digest)},
+                ExpiresIn=_presign_seconds(expires), HttpMethod="GET")
+
+    def head(self, digest: str) -> tuple[int, str | None]:
+        """``(size, ChecksumSHA256)`` of a stored blob; the checksum is base64 (``...-N`` for a
+        multipart object's composite) or None when S3 stored none. ``NotFoundError`` if missing."""
+        with self._translated("stat", digest, check_bucket=True):
+            head = self._s3().head_object(Bucket=self.bucket, Key=self._key(digest),
+                                          ChecksumMode="ENABLED")
+        return int(head["ContentLength"]), head.get("ChecksumSHA256") or None
+
+    @staticmethod
+    def full_object_checksum(digest: str) -> str:
+        """The ``ChecksumSHA256`` S3 reports for a single-part object holding this blob."""
+        return _b64_digest(digest)
+
     def _get_object(self, digest: str) -> dict:
         with self._translated("read", digest, check_bucket=True):
             return self._s3().get_object(Bucket=self.bucket, Key=self._key(digest))
@@ -478,6 +523,16 @@ class S3BlobStore:
                 )
                 self._client = boto3.session.Session(botocore_session=session).client("s3", config=config)
             return self._client
+
+    def _signer(self):
+        """A client for presigning: SigV4 always (the checksum and length headers are part
+        of the signature only there); presigning is local, no request is sent."""
+        with self._client_lock:
+            if self._presigner is None:
+                session = _botocore_session()
+                self._presigner = boto3.session.Session(botocore_session=session).client(
+                    "s3", config=Config(signature_version="s3v4"))
+            return self._presigner
 
     def _transfer_manager(self, *, download: bool = False) -> TransferManager:
         _limit_malloc_arenas()
@@ -600,6 +655,12 @@ def _check_content_range(part: Part, start: int, response: dict) -> None:
         raise IntegrityError(f"blob {part.digest}: asked the store for bytes {start}-{part.size - 1}, "
                              f"it answered {got or 'the whole object'}",
                              hint="the S3 server does not honour ranged GETs")
+
+
+def _presign_seconds(expires: int) -> int:
+    if not isinstance(expires, int) or expires < 1:
+        raise UsageError(f"invalid presigned URL lifetime {expires!r}", hint="a positive number of seconds")
+    return min(expires, PRESIGN_MAX_SECONDS)
 
 
 def _b64_digest(digest: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import audit_cmds, bundle_cmds, key_cmds, runtime_cmds, store_cmds
+from . import audit_cmds, bundle_cmds, key_cmds, remote_cmds, runtime_cmds, server_cmds, store_cmds, token_cmds
 from ._core import RegistryGroup
 
 __all__ = ["main", "cli"]
@@ -23,9 +23,14 @@ __all__ = ["main", "cli"]
 @click.option("--db", metavar="URL", help="Metadata database URL (default $PT2REG_DB or SQLite under home).")
 @click.option("--store", metavar="URL", help="Blob store URL: file:///dir or s3://bucket/prefix "
               "(default $PT2REG_STORE or HOME/store).")
+@click.option("--registry", "registry_url", metavar="URL",
+              help="A registry server (pt2reg serve) instead of --db/--store (default $PT2REG_URL).")
+@click.option("--token-file", metavar="FILE",
+              help="File holding the server's token (default $PT2REG_TOKEN, else what `pt2reg login` saved).")
 @click.version_option(package_name="pt2-registry", prog_name="pt2reg")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None, registry_url: str | None,
+        token_file: str | None) -> None:
     """pt2reg: package, publish, pull, verify and run torch.export programs.
 
     \b
@@ -36,15 +41,19 @@ def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None)
       pt2reg run team/translator@3 --program decoder --inputs in.pt --output out.pt
 
     Refs: NAME (latest), NAME@7, NAME@prod, NAME@sha256:<hex>.
-    Exit codes: 0 ok, 2 usage, 3 not found, 4 incompatible, 5 integrity/safety, 6 conflict, 1 other.
+    Remote: --registry URL (or PT2REG_URL) and a token (PT2REG_TOKEN, --token-file, or
+    `pt2reg login URL --token-file F`) replace --db/--store.
+
+    Exit codes: 0 ok, 2 usage, 3 not found, 4 incompatible, 5 integrity/safety, 6 conflict,
+    7 access denied (token missing, refused or lacking a scope), 1 other.
     """
     from ._core import App
 
-    ctx.obj = App(home=home, db=db, store=store)
+    ctx.obj = App(home=home, db=db, store=store, registry=registry_url, token_file=token_file)
     ctx.call_on_close(ctx.obj.close)  # the registry's database connections end with the command
 
 
-for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds):
+for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds, token_cmds, remote_cmds, server_cmds):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
-from ..errors import RegistryError, brief
+from ..errors import RegistryError, UsageError, brief
 from .render import clean  # control characters in an error never reach the terminal raw
 
 if TYPE_CHECKING:
@@ -26,19 +26,34 @@ class App:
     """Lazily built API objects for one CLI invocation; ``close()`` (registered with the click
     context) releases the registry's database connections when the command ends."""
 
-    def __init__(self, home: str | None, db: str | None, store: str | None) -> None:
+    def __init__(self, home: str | None, db: str | None, store: str | None, *, registry: str | None = None,
+                 token_file: str | None = None) -> None:
         self._args = (home, db, store)
+        self._remote = {"registry": registry, "token_file": token_file}
 
     @cached_property
     def settings(self) -> Settings:
         from ..config import Settings
 
-        return Settings.resolve(*self._args)
+        return Settings.resolve(*self._args, **self._remote)
+
+    def require_direct(self, command: str) -> None:
+        """``UsageError`` (exit 2) when a registry server is selected: ``command`` works on the
+        database itself, which only the server's operator reaches."""
+        if self.settings.remote:
+            raise UsageError(f"`pt2reg {command}` works on the database directly, not through the registry "
+                             f"server at {self.settings.url}",
+                             hint="run it where the server's database is reachable, with --db (and no "
+                                  "--registry / PT2REG_URL)")
 
     @cached_property
     def registry(self) -> Registry:
         from ..client import Registry
 
+        url = self.settings.url
+        if url is not None and url.startswith("http://") and not _loopback(url):
+            warn(f"{url} is plain HTTP: the token and the models cross the network unencrypted; "
+                 f"serve the registry behind TLS and use https://")
         return Registry(self.settings)
 
     def close(self) -> None:
@@ -47,6 +62,20 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+
+
+def _loopback(url: str) -> bool:
+    """True for a URL on this machine (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class RegistryGroup(click.Group):

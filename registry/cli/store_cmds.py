@@ -230,6 +230,7 @@ def db_upgrade(app: App) -> None:
     """Migrate the metadata database to the latest schema (Alembic)."""
     from ..store import make_engine, upgrade
 
+    app.require_direct("db upgrade")
     before, after = upgrade(make_engine(app.settings.db_url))
     click.echo(f"database at {after}" + (f" (was {before or 'empty'})" if before != after else " (already current)"))
 

@@ -25,8 +25,10 @@ from .pull import Located, PullResult, fetch_version, rebuild_bundle
 from .push import PushResult, push_bundle
 
 if TYPE_CHECKING:
+    from ..remote.http import HttpClient
     from ..store.audit_chain import ChainVerdict
-    from ..store.records import AliasRecord, AuditEvent, LineageNode, ModelRecord, VersionRecord
+    from ..store.records import (AliasRecord, AuditEvent, LineageNode, ModelRecord, TokenRecord,
+                                 VersionRecord)
     from .trust import TrustPolicy
 
 __all__ = ["Registry", "parse_time"]
@@ -45,6 +47,7 @@ class Registry:
         self.settings = settings or Settings.resolve()
         self._meta = meta
         self._blobs = blobs
+        self._http: HttpClient | None = None  # remote mode: one pooled connection to the server
         self._closed = False
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.settings.cache_dir
         self.cache = BlobCache(self.cache_dir)
@@ -57,7 +60,11 @@ class Registry:
     def meta(self) -> MetadataStore:
         if self._closed:
             raise UsageError("this Registry is closed", hint="open a new Registry()")
-        if self._meta is None:
+        if self._meta is None and self.settings.remote:
+            from ..remote.meta import HttpMetadataStore
+
+            self._meta = HttpMetadataStore(self._client())
+        elif self._meta is None:
             from ..store import open_metadata_store
 
             self._meta = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
@@ -70,11 +77,27 @@ class Registry:
 
     @property
     def blobs(self) -> BlobStore:
-        if self._blobs is None:
+        if self._blobs is None and self.settings.remote:
+            from ..remote.blobs import HttpBlobStore
+
+            self._blobs = HttpBlobStore(self._client())
+        elif self._blobs is None:
             from ..blobs import open_blob_store
 
             self._blobs = open_blob_store(self.settings.store_url)
         return self._blobs
+
+    def _client(self) -> HttpClient:
+        """The HTTP client of a remote registry (``settings.url``), shared by its two stores."""
+        if self._closed:
+            raise UsageError("this Registry is closed", hint="open a new Registry()")
+        if self._http is None:
+            from ..remote.credentials import resolve_token
+            from ..remote.http import HttpClient
+
+            assert self.settings.url is not None
+            self._http = HttpClient(self.settings.url, resolve_token(self.settings))
+        return self._http
 
     @property
     def trust_policy(self) -> TrustPolicy:
@@ -89,8 +112,11 @@ class Registry:
         """Close the metadata store (its database connections); idempotent. A closed Registry
         refuses further database work."""
         meta, self._meta, self._closed = self._meta, None, True
+        http, self._http = self._http, None
         if meta is not None:
             meta.close()
+        if http is not None:
+            http.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -269,7 +295,8 @@ class Registry:
             return contents
         path = self.settings.home / audit_anchor.ANCHOR_FILE
         anchors = audit_anchor.load(path)
-        key = audit_anchor.anchor_key(self.settings.db_url)
+        # remote: anchored by the server's URL (this machine never sees its database URL)
+        key = self.settings.url if self.settings.remote else audit_anchor.anchor_key(self.settings.db_url)
         previous = anchors.get(key)
         head, found = self.meta.audit_hashes([int(previous["seq"])] if previous else [])
         failed = audit_anchor.check(previous, found, str(path))
@@ -282,8 +309,41 @@ class Registry:
     # -- garbage collection ---------------------------------------------------------------
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:
         """Delete blobs no version references and no live push has claimed, abort uploads
-        dead pushes left half done and release their claims (``registry.client.gc``)."""
+        dead pushes left half done and release their claims (``registry.client.gc``). Against
+        a registry server it runs there (an admin token)."""
+        from ..remote.meta import HttpMetadataStore
+
+        meta = self.meta
+        if isinstance(meta, HttpMetadataStore):
+            return meta.gc(GcResult, dry_run=dry_run, grace_seconds=grace_seconds)
         return collect_garbage(self.meta, self.blobs, dry_run=dry_run, grace_seconds=grace_seconds)
+
+    # -- tokens ---------------------------------------------------------------------------
+    def create_token(self, owner: str, scopes: Sequence[str], expires: str | None = None
+                     ) -> tuple[TokenRecord, str]:
+        """Create an API token for ``owner`` with ``scopes`` (``model:<glob>:<actions>``,
+        ``audit:read``, ``admin``), expiring after ``expires`` (``30d``, ``12h``, ``90m``,
+        ``2w``, or an ISO-8601 time; None: never). Returns ``(record, secret)``: the secret is
+        not stored and cannot be shown again. Needs direct database access or an admin token."""
+        from ..access.scopes import parse_scope
+        from ..access.tokens import parse_expiry, validate_owner
+
+        validate_owner(owner)
+        canonical = [parse_scope(text).text for text in scopes]
+        if not canonical:
+            raise UsageError("a token needs at least one scope",
+                             hint="pass --scope, e.g. --scope model:team/*:pull")
+        expires_at = parse_expiry(expires, self.meta.db_now()) if expires is not None else None
+        return self.meta.create_token(owner, canonical, expires_at=expires_at, actor=actor(),
+                                      host=hostname())
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token, revoked and expired ones included; never a secret."""
+        return self.meta.list_tokens()
+
+    def revoke_token(self, token_id: int) -> TokenRecord:
+        """Revoke a token now (NotFoundError for an unknown id)."""
+        return self.meta.revoke_token(token_id, actor=actor(), host=hostname())
 
 
 def parse_time(text: str) -> datetime:

@@ -10,9 +10,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ..config import actor, hostname
+from ..config import actor as current_actor, hostname
 from .ports import BlobStore, MetadataStore
 from .push import HEARTBEAT_SECONDS
 
@@ -36,10 +36,12 @@ class GcResult:
 
 
 def collect_garbage(meta: MetadataStore, blobs: BlobStore, *, dry_run: bool = False,
-                    grace_seconds: float = 0.0) -> GcResult:
+                    grace_seconds: float = 0.0, actor: str | None = None, host: str | None = None,
+                    audit_details: Mapping[str, Any] | None = None) -> GcResult:
     """Delete blobs no version references and no live push has claimed; abort the uploads
     that dead pushes left half done (local tmp files, S3 multipart uploads) and release
-    their claims."""
+    their claims. ``actor``/``host`` (default: this process's) and ``audit_details`` go into
+    the ``gc.delete`` audit events (the registry server passes its caller's token)."""
     listed = list(blobs.list())
     referenced = meta.referenced_blobs()
     claims = meta.pending_claims()
@@ -70,8 +72,11 @@ def collect_garbage(meta: MetadataStore, blobs: BlobStore, *, dry_run: bool = Fa
         # claims judged dead there are deleted there too, before any blob, so their push
         # fails at publish instead of recording a version whose blobs are gone
         released: list[int] = []
+        who = {"actor": actor or current_actor(), "host": host or hostname()}
+        if audit_details is not None:
+            who["audit_details"] = audit_details
         deleted = meta.sweep_blobs(deleted, is_alive=_claim_alive, delete=blobs.delete,
-                                   actor=actor(), host=hostname(), released=released)
+                                   released=released, **who)
         dead = released
     return GcResult(deleted, kept, dry_run, aborted, len(dead))
 

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..blobs.base import BlobStore
 
 if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
+    from ..access.scopes import Identity
     from ..refs import Ref
     from ..store.audit_chain import ChainVerdict
     from ..store.records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                                 PendingPush, SignatureRecord, VersionRecord)
+                                 PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["MetadataStore", "BlobStore"]
 
@@ -34,7 +35,9 @@ class MetadataStore(Protocol):
 
     Every write is one transaction and audited; every read returns frozen records. Errors are
     ``RegistryError`` subclasses (NotFoundError, ConflictError, StoreError, ...), never a
-    backend's own exceptions.
+    backend's own exceptions. Every write takes ``audit_details``: JSON values added to its
+    audit events' details (the server records the token id and ``via``); a key the store
+    itself records is a UsageError.
     """
 
     def close(self) -> None:
@@ -48,6 +51,7 @@ class MetadataStore(Protocol):
                 environment: Mapping[str, Any] | None = None, actor: str, host: str,
                 ref_for_audit: str | None = None, claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
+                audit_details: Mapping[str, Any] | None = None,
                 ) -> tuple[VersionRecord, bool]:
         """Record a version with its blobs, lineage, signatures and aliases: ``(version, created)``."""
 
@@ -67,15 +71,18 @@ class MetadataStore(Protocol):
         """Every version of a model, by number."""
 
     def set_alias(self, name: str, alias: str, number: int, *, actor: str, host: str,
-                  ref_for_audit: str | None = None) -> AliasRecord:
+                  ref_for_audit: str | None = None,
+                  audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
         """Point ``alias`` at ``name@number``."""
 
     def remove_alias(self, name: str, alias: str, *, actor: str, host: str,
-                     ref_for_audit: str | None = None) -> AliasRecord:
+                     ref_for_audit: str | None = None,
+                     audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
         """Delete an alias; returns where it pointed."""
 
     def set_status(self, name: str, number: int, status: str, reason: str | None, *,
-                   actor: str, host: str, ref_for_audit: str | None = None) -> VersionRecord:
+                   actor: str, host: str, ref_for_audit: str | None = None,
+                   audit_details: Mapping[str, Any] | None = None) -> VersionRecord:
         """Deprecate, yank or restore a version."""
 
     def alias_at(self, name: str, alias: str, when: datetime) -> int | None:
@@ -110,8 +117,9 @@ class MetadataStore(Protocol):
         """None when every version's manifest and blob records agree with its digest."""
 
     # -- push claims and gc -----------------------------------------------------------------
-    def begin_pending(self, blobs: Iterable[str], host: str, pid: int) -> int:
-        """Claim the blobs a push is uploading, so gc spares them; returns the claim id."""
+    def begin_pending(self, blobs: Iterable[str], host: str, pid: int, *, name: str | None = None) -> int:
+        """Claim the blobs a push to model ``name`` is uploading, so gc spares them; returns
+        the claim id (a server refuses the claim when the token may not push to ``name``)."""
 
     def heartbeat_pending(self, claim_id: int) -> bool:
         """Refresh a claim; False when gc already reaped it."""
@@ -131,5 +139,25 @@ class MetadataStore(Protocol):
     def sweep_blobs(self, candidates: Iterable[tuple[str, int]], *,
                     is_alive: Callable[[PendingPush, datetime], bool],
                     delete: Callable[[str], None], actor: str, host: str,
-                    released: list[int] | None = None) -> list[tuple[str, int]]:
+                    released: list[int] | None = None,
+                    audit_details: Mapping[str, Any] | None = None) -> list[tuple[str, int]]:
         """Delete unreferenced, unclaimed blobs under the gc lock; returns what was deleted."""
+
+    def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
+        """``digest -> names of the models whose versions reference it`` (unreferenced: absent)."""
+
+    # -- tokens -----------------------------------------------------------------------------
+    def create_token(self, owner: str, scopes: Sequence[str], *, expires_at: datetime | None,
+                     actor: str, host: str, audit_details: Mapping[str, Any] | None = None,
+                     ) -> tuple[TokenRecord, str]:
+        """Create a token: ``(record, secret)``; the secret is shown this once, only its hash kept."""
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token, by id (never a secret)."""
+
+    def revoke_token(self, token_id: int, *, actor: str, host: str,
+                     audit_details: Mapping[str, Any] | None = None) -> TokenRecord:
+        """Revoke a token now; returns it."""
+
+    def authenticate(self, secret: str) -> Identity:
+        """The token's identity; NotAuthenticatedError when unknown, expired or revoked."""

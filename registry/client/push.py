@@ -82,7 +82,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     check_bundle_programs(bundle)  # torch will only ever read what the loader can vet
     parts = bundle_parts(bundle)
     pending = meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
-                                 host=hostname(), pid=os.getpid())
+                                 host=hostname(), pid=os.getpid(), name=name)
 
     def missing_blobs(digests: list[str]) -> list[str]:
         """The digests the blob store lacks (stat / HEAD, several at once), in order."""

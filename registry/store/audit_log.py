@@ -18,23 +18,30 @@ from sqlalchemy.orm import Session
 from .engine import AUDIT_LOCK_KEY, advisory_lock
 from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
-from ..errors import ManifestError
+from ..errors import ManifestError, UsageError
 from ..format.manifest import stored_blobs
-from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, VersionBlobRow, VersionRow,
-                  json_text, now_text)
+from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, TokenRow, VersionBlobRow,
+                  VersionRow, json_text, now_text)
 
-__all__ = ["ALIAS_ACTIONS", "append_event", "alias_at", "verify", "reconcile",
+__all__ = ["ALIAS_ACTIONS", "TOKEN_ACTIONS", "append_event", "merge_details", "alias_at", "verify", "reconcile",
            "stored_fields"]
 
 ALIAS_ACTIONS = ("alias.set", "alias.move", "alias.remove")
+TOKEN_ACTIONS = ("token.create", "token.revoke")
 _STATUS_OF = {"deprecate": "deprecated", "yank": "yanked", "restore": "active"}
 
 
 def append_event(session: Session, action: str, *, actor: str, host: str,
                  model: str | None = None, number: int | None = None,
                  digest: str | None = None, ref: str | None = None,
-                 details: Mapping[str, Any] | None = None) -> AuditEventRow:
-    """Append one event at the end of the chain, in the session's transaction."""
+                 details: Mapping[str, Any] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> AuditEventRow:
+    """Append one event at the end of the chain, in the session's transaction.
+
+    ``extra`` (a write method's ``audit_details``, e.g. the server's ``token_id`` and ``via``)
+    is merged into ``details``; a key both name is a UsageError, never a silent overwrite (the
+    replay reads the store's own keys)."""
+    details = merge_details(details, extra)
     advisory_lock(session, AUDIT_LOCK_KEY)
     last = session.execute(select(AuditEventRow.seq, AuditEventRow.hash, AuditEventRow.ts)
                            .order_by(AuditEventRow.seq.desc()).limit(1)).first()
@@ -51,6 +58,18 @@ def append_event(session: Session, action: str, *, actor: str, host: str,
     session.add(row)
     session.flush()
     return row
+
+
+def merge_details(details: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+                  ) -> dict[str, Any]:
+    """``details`` with ``extra``'s keys added; UsageError when they share a key."""
+    merged = dict(details or {})
+    for key, value in (extra or {}).items():
+        if key in merged:
+            raise UsageError(f"audit detail {key!r} is reserved for the {key} the store records",
+                             hint="give the caller's detail another name")
+        merged[key] = value
+    return merged
 
 
 def alias_at(session: Session, model: str, alias: str, when: datetime) -> int | None:
@@ -142,7 +161,8 @@ def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
     """``verdict`` unless versions, statuses or aliases disagree with a replay of the log.
 
     Every version must have exactly its one publish event; every version's status and every
-    alias must be where the last event about it left them. A mismatch names the last event about
+    alias must be where the last event about it left them; every API token must be what its
+    ``token.create`` event recorded, revoked exactly when a ``token.revoke`` event says so. A mismatch names the last event about
     the thing that disagrees (or no event, when the log never mentions it).
     """
     published: dict[tuple[str, int], tuple[int, str | None]] = {}
@@ -200,4 +220,44 @@ def reconcile(session: Session, verdict: ChainVerdict) -> ChainVerdict:
         if logged is not None:
             return broken(seq, f"alias {name}@{alias} is missing but the log says it points at "
                                f"{name}@{logged}")
+    token_problem = _tokens_disagree(session)
+    if token_problem is not None:
+        return broken(*token_problem)
     return verdict
+
+
+def _tokens_disagree(session: Session) -> tuple[int | None, str] | None:
+    """``(seq, what)`` for the first token whose row is not what its ``token.create`` /
+    ``token.revoke`` events say (a token inserted, widened, un-revoked or deleted behind the
+    log's back), else None."""
+    created: dict[int, tuple[int, dict]] = {}
+    revoked: dict[int, int] = {}
+    for seq, action, details in session.execute(
+            select(AuditEventRow.seq, AuditEventRow.action, AuditEventRow.details_json)
+            .where(AuditEventRow.action.in_(TOKEN_ACTIONS)).order_by(AuditEventRow.seq)):
+        logged = json.loads(details)
+        token = logged.get("token")
+        if action == "token.revoke":
+            revoked.setdefault(token, seq)
+        elif token in created:
+            return seq, f"event {seq} creates token {token} again (event {created[token][0]} did)"
+        else:
+            created[token] = (seq, logged)
+    for row in session.scalars(select(TokenRow).order_by(TokenRow.id)):
+        seq, logged = created.pop(row.id, (None, None))
+        if logged is None:
+            return None, f"token {row.id} ({row.owner}) has no token.create event"
+        stored = {"owner": row.owner, "scopes": json.loads(row.scopes_json),
+                  "expires_at": row.expires_at}
+        if {k: logged.get(k) for k in stored} != stored:
+            return seq, (f"token {row.id}: its owner, scopes or expiry differ from what event "
+                         f"{seq} recorded")
+        revoke_seq = revoked.pop(row.id, None)
+        if revoke_seq is None and row.revoked_at is not None:
+            return seq, f"token {row.id} is revoked but the log has no token.revoke event for it"
+        if revoke_seq is not None and row.revoked_at is None:
+            return revoke_seq, f"token {row.id} is not revoked but event {revoke_seq} revoked it"
+    if created:
+        token, (seq, _) = min(created.items(), key=lambda kv: kv[1][0])
+        return seq, f"event {seq} creates token {token}, which is not in the registry"
+    return None

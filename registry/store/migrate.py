@@ -39,7 +39,7 @@ __all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "hea
 
 #: The schema revision this software expects. A test keeps it equal to the scripts' only head,
 #: so the everyday check (database at head?) needs no Alembic import.
-HEAD_REVISION = "0002_audit_version_fields"
+HEAD_REVISION = "0003_tokens"
 
 def script_location() -> Path:
     """Directory of the Alembic scripts: the installed ``registry._migrations`` package, or the
@@ -178,7 +178,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     """Migrate the database to head (``pt2reg db upgrade``); returns (before, after) revisions.
 
         >>> upgrade(make_engine("sqlite:////tmp/reg/registry.db"))
-        (None, '0002_audit_version_fields')
+        (None, '0003_tokens')
     """
     return _migrate(engine, only_if_fresh=False)
 

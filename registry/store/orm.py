@@ -24,11 +24,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from .audit_chain import format_ts, parse_ts
 from ..digests import canonical_json
 from ..errors import UsageError
-from .records import AuditEvent, LineageEdge, PendingPush, SignatureRecord, VersionRecord
+from .records import (AuditEvent, LineageEdge, PendingPush, SignatureRecord, TokenRecord,
+                      VersionRecord)
 
 __all__ = [
     "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "AliasRow", "SignatureRow",
-    "LineageRow", "PendingPushRow", "AuditEventRow", "STATUSES", "LINEAGE_KINDS", "now_text",
+    "LineageRow", "PendingPushRow", "AuditEventRow", "TokenRow", "STATUSES", "LINEAGE_KINDS", "now_text",
     "db_clock",
     "json_text",
 ]
@@ -243,3 +244,28 @@ class AuditEventRow(Base):
                 "action": self.action, "model": self.model, "version": self.version,
                 "digest": self.digest, "ref": self.ref, "details": self.details_json,
                 "prev_hash": self.prev_hash, "hash": self.hash}
+
+
+class TokenRow(Base):
+    """An API token. Only the SHA-256 of its secret is stored (``secret_hash``, unique: the
+    server finds a request's token by it); the secret itself is shown once at creation."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[str] = mapped_column(TS)
+    created_by: Mapped[str] = mapped_column(String(256))
+    expires_at: Mapped[str | None] = mapped_column(TS)
+    revoked_at: Mapped[str | None] = mapped_column(TS)
+    last_used_at: Mapped[str | None] = mapped_column(TS)
+
+    def to_record(self) -> TokenRecord:
+        return TokenRecord(
+            id=self.id, owner=self.owner, scopes=list(json.loads(self.scopes_json)),
+            created_at=parse_ts(self.created_at), created_by=self.created_by,
+            expires_at=parse_ts(self.expires_at) if self.expires_at else None,
+            revoked_at=parse_ts(self.revoked_at) if self.revoked_at else None,
+            last_used_at=parse_ts(self.last_used_at) if self.last_used_at else None)

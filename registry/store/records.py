@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = [
     "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
-    "LineageNode", "AuditEvent", "PendingPush",
+    "LineageNode", "AuditEvent", "PendingPush", "TokenRecord",
 ]
 
 
@@ -165,3 +165,26 @@ class PendingPush:
     started_at: datetime
     heartbeat_at: datetime
     blobs: list[str]
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """An API token as listed: never its secret (the store keeps only the secret's hash).
+    ``scopes`` are canonical scope texts (``registry.access.scopes``)."""
+
+    id: int
+    owner: str
+    scopes: list[str]
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+    def state(self, now: datetime) -> str:
+        """``revoked``, ``expired`` (at ``now``) or ``active``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"

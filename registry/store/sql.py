@@ -30,22 +30,35 @@ from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
 from .audit_chain import ChainVerdict, format_ts, parse_ts
-from ..errors import ConflictError, IntegrityError, NotFoundError, UsageError
+from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
+                      UsageError)
 from ..format.manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
+from ..access.scopes import Identity, parse_scope
+from ..access.tokens import hash_secret, new_secret, validate_owner
 from . import audit_log, writes
 from . import lineage as graph
+from . import tokens as token_rows
 from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
 from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
-                  VersionBlobRow, VersionRow, db_clock, json_text, now_text)
+                  TokenRow, VersionBlobRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                      PendingPush, SignatureRecord, VersionRecord)
+                      PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["SqlMetadataStore"]
 
 T = TypeVar("T")
 
 _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "restore"}
+
+
+def _audit_details(audit_details: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A write's ``audit_details``, checked to be JSON before any transaction opens."""
+    if audit_details is None:
+        return None
+    extra = dict(audit_details)
+    json_text(extra, "audit details")
+    return extra
 
 
 def _gc_lock(s: Session, *, exclusive: bool = False) -> None:
@@ -138,6 +151,7 @@ class SqlMetadataStore:
                 actor: str, host: str, ref_for_audit: str | None = None,
                 claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
+                audit_details: Mapping[str, Any] | None = None,
                 ) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
@@ -152,7 +166,8 @@ class SqlMetadataStore:
         claim alive (and spared the blobs) or this publish sees it reaped; nothing is recorded
         then. Returns ``(version, created)``. Identical content (same digest) already in the model
         returns the existing version with ``created=False``; requested aliases (and new
-        signatures) are still applied. All in one transaction, audited.
+        signatures) are still applied. All in one transaction, audited; ``audit_details`` (here
+        and on every write) are added to each event's details (the server records its token id).
 
             >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
             ...                            [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
@@ -173,6 +188,7 @@ class SqlMetadataStore:
         build_json = json_text(dict(build), "build info") if build is not None else None
         environment_json = (json_text(dict(environment), "environment")
                             if environment is not None else None)
+        extra = _audit_details(audit_details)
 
         def work(s: Session) -> tuple[VersionRecord, bool]:
             _gc_lock(s)  # before any row lock: the order every writer takes them in
@@ -203,12 +219,13 @@ class SqlMetadataStore:
                                        number=row.number, digest=digest, ref=ref_for_audit,
                                        details={"size": size, "blobs": len(blob_sizes),
                                                 "fields": writes.fields_hash(
-                                                    actor, metadata_json, edges)})
+                                                    actor, metadata_json, edges)},
+                                       extra=extra)
             writes.add_signatures(s, row, name, sigs, actor=actor, host=host,
-                                  audit=not created)
+                                  audit=not created, extra=extra)
             for alias in alias_names:
                 writes.point_alias(s, model, alias, row, actor=actor, host=host,
-                                   ref=ref_for_audit)
+                                   ref=ref_for_audit, extra=extra)
             return self._record(s, name, row), created
 
         return self._write(work)
@@ -356,31 +373,36 @@ class SqlMetadataStore:
     # -- lifecycle --------------------------------------------------------------------------
 
     def set_alias(self, name: str, alias: str, number: int, *, actor: str, host: str,
-                  ref_for_audit: str | None = None) -> AliasRecord:
+                  ref_for_audit: str | None = None,
+                  audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
         """Point ``alias`` at ``name@number`` (audited as alias.set or alias.move).
 
             >>> store.set_alias("bert", "prod", 2, actor="ana", host="laptop").number
             2
         """
         validate_alias(alias)
+        extra = _audit_details(audit_details)
 
         def work(s: Session) -> AliasRecord:
             model = self._model(s, name, lock=True)
             version = self._version(s, model, number)
             row = writes.point_alias(s, model, alias, version, actor=actor, host=host,
-                                     ref=ref_for_audit)
+                                     ref=ref_for_audit, extra=extra)
             return AliasRecord(name, alias, version.number, version.digest,
                                parse_ts(row.updated_at), row.updated_by)
 
         return self._write(work)
 
     def remove_alias(self, name: str, alias: str, *, actor: str, host: str,
-                     ref_for_audit: str | None = None) -> AliasRecord:
+                     ref_for_audit: str | None = None,
+                     audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
         """Delete an alias; returns where it pointed. NotFoundError if it does not exist.
 
             >>> store.remove_alias("bert", "staging", actor="ana", host="laptop").number
             3
         """
+        extra = _audit_details(audit_details)
+
         def work(s: Session) -> AliasRecord:
             model = self._model(s, name, lock=True)
             row = s.scalars(select(AliasRow).where(AliasRow.model_id == model.id,
@@ -394,13 +416,14 @@ class SqlMetadataStore:
             s.delete(row)
             audit_log.append_event(s, "alias.remove", actor=actor, host=host, model=name,
                                    number=version.number, digest=version.digest,
-                                   ref=ref_for_audit, details={"alias": alias})
+                                   ref=ref_for_audit, details={"alias": alias}, extra=extra)
             return record
 
         return self._write(work)
 
     def set_status(self, name: str, number: int, status: str, reason: str | None, *,
-                   actor: str, host: str, ref_for_audit: str | None = None) -> VersionRecord:
+                   actor: str, host: str, ref_for_audit: str | None = None,
+                   audit_details: Mapping[str, Any] | None = None) -> VersionRecord:
         """Deprecate, yank or restore (``active``) a version, with a reason; audited
         (``ref_for_audit``: the ref as the user gave it, e.g. ``bert@prod``).
 
@@ -413,6 +436,7 @@ class SqlMetadataStore:
         reason = (reason or "").strip() or None
         if status != "active" and reason is None:
             raise UsageError(f"a reason is required to mark a version {status}")
+        extra = _audit_details(audit_details)
 
         def work(s: Session) -> VersionRecord:
             model = self._model(s, name, lock=True)
@@ -422,7 +446,8 @@ class SqlMetadataStore:
                 row.status_by, row.status_at = actor, now_text(s)
                 audit_log.append_event(s, _STATUS_ACTIONS[status], actor=actor, host=host,
                                        model=name, number=number, digest=row.digest,
-                                       ref=ref_for_audit, details={"reason": reason})
+                                       ref=ref_for_audit, details={"reason": reason},
+                                       extra=extra)
             return self._record(s, name, row)
 
         return self._write(work)
@@ -544,8 +569,10 @@ class SqlMetadataStore:
 
     # -- crash-safe gc ----------------------------------------------------------------------
 
-    def begin_pending(self, blobs: Iterable[str], host: str, pid: int) -> int:
+    def begin_pending(self, blobs: Iterable[str], host: str, pid: int, *, name: str | None = None) -> int:
         """Claim blobs a publish is uploading, so gc spares them; returns the claim id.
+        ``name`` (the model being pushed) is for a server's permission check; a claim is about
+        blobs only, so it is not recorded.
 
             >>> claim = store.begin_pending(["sha256:cdcd..."], "gpu-1", 4242)
         """
@@ -600,7 +627,8 @@ class SqlMetadataStore:
     def sweep_blobs(self, candidates: Iterable[tuple[str, int]], *,
                     is_alive: Callable[[PendingPush, datetime], bool],
                     delete: Callable[[str], None], actor: str, host: str,
-                    released: list[int] | None = None) -> list[tuple[str, int]]:
+                    released: list[int] | None = None,
+                    audit_details: Mapping[str, Any] | None = None) -> list[tuple[str, int]]:
         """Delete unreferenced, unclaimed blobs under the gc lock; returns what was deleted.
 
         Claims and references are read again while holding the lock that ``begin_pending``
@@ -613,6 +641,7 @@ class SqlMetadataStore:
         is recorded as a ``gc.delete`` audit event in the same transaction.
         """
         wanted = list(candidates)
+        extra = _audit_details(audit_details)
 
         def work(s: Session) -> list[tuple[str, int]]:
             _gc_lock(s, exclusive=True)
@@ -635,7 +664,7 @@ class SqlMetadataStore:
                 if digest in live or digest in referenced:
                     continue
                 audit_log.append_event(s, "gc.delete", actor=actor, host=host, digest=digest,
-                                       details={"size": size})
+                                       details={"size": size}, extra=extra)
                 delete(digest)
                 done.append((digest, size))
             return done
@@ -650,3 +679,85 @@ class SqlMetadataStore:
         """
         return self._read(lambda s: set(s.scalars(select(VersionBlobRow.blob_digest)
                                                   .distinct())))
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def create_token(self, owner: str, scopes: Sequence[str], *, expires_at: datetime | None,
+                     actor: str, host: str, audit_details: Mapping[str, Any] | None = None,
+                     ) -> tuple[TokenRecord, str]:
+        """Create an API token; returns ``(record, secret)``. The secret is returned this once:
+        only its SHA-256 is stored. Scopes are parsed and stored canonically (UsageError for a
+        bad one); audited as ``token.create`` (owner, scopes, expiry; never the secret).
+
+            >>> record, secret = store.create_token("ci", ["model:team/*:push,pull"],
+            ...                                     expires_at=None, actor="ana", host="laptop")
+            >>> record.scopes, secret[:5]
+            (['model:team/*:pull,push'], 'pt2r_')
+        """
+        validate_owner(owner)
+        if isinstance(scopes, str):
+            raise UsageError("token scopes must be a list of scopes, not one string")
+        canonical = list(dict.fromkeys(parse_scope(text).text for text in scopes))
+        if not canonical:
+            raise UsageError("a token needs at least one scope",
+                             hint="pass --scope, e.g. --scope model:team/*:pull")
+        if expires_at is not None and expires_at.tzinfo is None:
+            raise UsageError("a token's expiry must be a timezone-aware datetime")
+        extra = _audit_details(audit_details)
+        secret = new_secret()
+        digest = hash_secret(secret)
+        record = self._write(lambda s: token_rows.create(
+            s, owner=owner, scopes=canonical, secret_hash=digest, expires_at=expires_at,
+            actor=actor, host=host, extra=extra).to_record())
+        return record, secret
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token (revoked and expired ones too), by id; never a secret.
+
+            >>> [(t.id, t.owner) for t in store.list_tokens()]
+            [(1, 'ci')]
+        """
+        return self._read(lambda s: [row.to_record() for row in s.scalars(
+            select(TokenRow).order_by(TokenRow.id))])
+
+    def revoke_token(self, token_id: int, *, actor: str, host: str,
+                     audit_details: Mapping[str, Any] | None = None) -> TokenRecord:
+        """Revoke a token now (NotFoundError for an unknown id); audited as ``token.revoke``.
+        Revoking a revoked token returns it unchanged.
+
+            >>> store.revoke_token(1, actor="ana", host="laptop").revoked_at is not None
+            True
+        """
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            raise UsageError(f"invalid token id {token_id!r}", hint="`pt2reg token list` shows them")
+        extra = _audit_details(audit_details)
+        return self._write(lambda s: token_rows.revoke(
+            s, token_id, actor=actor, host=host, extra=extra).to_record())
+
+    def authenticate(self, secret: str) -> Identity:
+        """The identity of the token with ``secret``: NotAuthenticatedError (exit 7) when no
+        token has it, or it was revoked or has expired (saying when, by the database's clock).
+        A read; ``last_used_at`` is written at most once a minute per token.
+
+            >>> store.authenticate(secret).owner
+            'ci'
+        """
+        if not isinstance(secret, str) or not secret.strip():
+            raise NotAuthenticatedError("no token given",
+                                        hint="set PT2REG_TOKEN or pass --token-file")
+        digest = hash_secret(secret.strip())
+        identity, due = self._read(lambda s: token_rows.check(s, digest))
+        if due:
+            self._write(lambda s: token_rows.touch(s, identity.token_id))
+        return identity
+
+    def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
+        """``digest -> names of the models whose versions reference it``, for each of
+        ``digests`` some version references (unreferenced digests are absent); the server lets
+        a token fetch a blob only when it may pull one of those models.
+
+            >>> store.pullable_blob_models(["sha256:cdcd..."])
+            {'sha256:cdcd...': {'bert'}}
+        """
+        wanted = [validate_digest(d) for d in digests]
+        return self._read(lambda s: token_rows.blob_models(s, wanted))

@@ -144,7 +144,8 @@ def fields_hash(actor: str, metadata_json: str, edges: list[LineageEdge]) -> str
 
 
 def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[SignatureRecord],
-                   *, actor: str, host: str, audit: bool) -> None:
+                   *, actor: str, host: str, audit: bool,
+                   extra: Mapping[str, Any] | None = None) -> None:
     """Add signatures by keys not yet recorded; ``audit`` a ``sign`` event for each (used when
     signing an existing version; a new version's publish event covers its signatures)."""
     have = set(session.scalars(select(SignatureRow.key_id)
@@ -158,11 +159,13 @@ def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[Sign
         if audit:
             append_event(session, "sign", actor=actor, host=host, model=name,
                          number=row.number, digest=row.digest,
-                         details={"key_id": sig.key_id, "algorithm": sig.algorithm})
+                         details={"key_id": sig.key_id, "algorithm": sig.algorithm},
+                         extra=extra)
 
 
 def point_alias(session: Session, model: ModelRow, alias: str, version: VersionRow, *,
-                actor: str, host: str, ref: str | None) -> AliasRow:
+                actor: str, host: str, ref: str | None,
+                extra: Mapping[str, Any] | None = None) -> AliasRow:
     """Create or move an alias (audited alias.set / alias.move); a no-op if already there."""
     if version.status == "yanked":
         raise ConflictError(f"cannot point {alias!r} at {model.name}@{version.number}: it is "
@@ -184,5 +187,6 @@ def point_alias(session: Session, model: ModelRow, alias: str, version: VersionR
         action = "alias.move"
     row.updated_at, row.updated_by = now, actor
     append_event(session, action, actor=actor, host=host, model=model.name,
-                 number=version.number, digest=version.digest, ref=ref, details=details)
+                 number=version.number, digest=version.digest, ref=ref, details=details,
+                 extra=extra)
     return row

@@ -23,13 +23,6 @@ from registry.store.orm import Base
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
-def db_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'registry.db'}"
-    return request.getfixturevalue("pg_db_url")
-
-
 @pytest.fixture
 def engine(db_url):
     engine = make_engine(db_url)
@@ -122,6 +115,26 @@ def test_database_behind_head_needs_an_explicit_upgrade(engine, tmp_path, monkey
     assert upgrade(engine) == (shipped, "0002_next")
     assert "note" in {c["name"] for c in inspect(engine).get_columns("models")}
     ensure_schema(engine, auto_create=False)
+
+
+def test_0003_adds_tokens_to_a_registry_with_data(engine):
+    """A registry at 0002 with versions and events upgrades to tokens; its chain still verifies."""
+    from alembic import command
+
+    from registry.store import SqlMetadataStore
+
+    with engine.begin() as conn:
+        command.upgrade(migrate._config(conn), "0002_audit_version_fields")
+    assert not inspect(engine).has_table("tokens")
+    store = SqlMetadataStore(engine)
+    store.publish("team/m", "sha256:" + "a" * 64, "{}", 2, [("sha256:" + "b" * 64, 2)],
+                  aliases=["prod"], actor="ana", host="h")
+    assert upgrade(engine) == ("0002_audit_version_fields", "0003_tokens")
+    assert schema_diffs(engine) == []
+    record, secret = store.create_token("ci", ["model:team/*:pull"], expires_at=None,
+                                        actor="ana", host="h")
+    assert store.authenticate(secret).token_id == record.id
+    assert store.verify_audit_chain().ok
 
 
 def test_tables_without_revision_are_not_touched(tmp_path):

@@ -29,17 +29,9 @@ def open_store(url: str) -> SqlMetadataStore:
     return open_metadata_store(url, auto_create=True)
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'registry.db'}"
-    return request.getfixturevalue("pg_db_url")
-
-
 @pytest.fixture
-def store(db_url):
-    with open_store(db_url) as store:
-        yield store
+def store(sql_store):  # tests.services_pg: once per backend (SQLite, PostgreSQL)
+    return sql_store
 
 
 def publish(store: SqlMetadataStore, name: str, tag: str, **kwargs):

@@ -1,0 +1,62 @@
+"""``pt2reg serve``: run the registry server over this machine's database and blob store."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import click
+
+from ..errors import RegistryError, UsageError
+from ._core import App, pass_app
+
+__all__ = ["serve", "COMMANDS"]
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8710, show_default=True, type=click.IntRange(1, 65535),
+              help="Port to listen on.")
+@click.option("--db", metavar="URL", help="Metadata database URL (default: the global --db, "
+              "$PT2REG_DB or SQLite under home).")
+@click.option("--store", metavar="URL", help="Blob store URL: file:///dir or s3://bucket/prefix "
+              "(default: the global --store, $PT2REG_STORE or HOME/store).")
+@click.option("--public-url", metavar="URL",
+              help="The URL clients reach this server at (behind a load balancer); blob URLs "
+                   "it hands out for a local store start with it. Default: each request's own.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Worker processes (or run several replicas: they share nothing but the "
+                   "database and the store).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@pass_app
+def serve(app: App, host: str, port: int, db: str | None, store: str | None,
+          public_url: str | None, workers: int, log_level: str) -> None:
+    """Serve the registry over HTTP (--db and --store name what it serves).
+
+    Clients then need only the URL and a token (`pt2reg token create`): PT2REG_URL and
+    PT2REG_TOKEN. With an S3 store, blob bytes go between clients and S3 through presigned
+    URLs, never through the server. The database must be at the current schema
+    (`pt2reg db upgrade`); the server refuses to start otherwise.
+    """
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RegistryError(f"pt2reg serve needs {' and '.join(missing)}",
+                            hint="install 'pt2-registry[server]'")
+    settings = app.settings
+    if db or store:  # they name what is served; a PT2REG_URL in the environment does not apply
+        settings = dataclasses.replace(settings, db_url=db or settings.db_url,
+                                       store_url=store or settings.store_url, url=None)
+    if settings.remote:
+        raise UsageError("pt2reg serve serves a database and a blob store (--db, --store), "
+                         "not another registry server", hint="unset PT2REG_URL or drop --registry")
+    if public_url:
+        from ..config import normalize_url
+
+        public_url = normalize_url(public_url)
+    from ..server.serve import serve as run_server
+
+    run_server(settings, host=host, port=port, public_url=public_url, workers=workers,
+               log_level=log_level)
+
+
+COMMANDS = [serve]

@@ -1,0 +1,424 @@
+"""``HttpBlobStore``: the ``BlobStore`` protocol (``registry.blobs.base``) through a registry
+server, with the bytes going straight to and from the URLs it hands out.
+
+* **Push** (``put_parts``): one ``POST /v1/blobs/upload`` lists every blob with its size; the
+  server answers which are missing, each with a URL (a presigned S3 PUT that S3 checks against
+  its ``x-amz-checksum-sha256``, or the server's own ``/v1/blobs/{digest}`` over a local
+  store) and the headers to send. Each missing range of the bundle file is then streamed to
+  its URL, several at once, hashed on the way: the last bytes are sent only once the range
+  matched its digest, so wrong bytes never complete an upload. A blob already stored is
+  still hashed here (a damaged file must fail the push even when nothing needs sending).
+* **Pull** (``get_parts``, ``get_file``): one ``POST /v1/blobs/download`` for every digest
+  at once, then a GET of each URL (a presigned S3 GET, or the server's own route), streamed,
+  hashed and written at its offset in the same pass; a body cut off mid-way is asked for
+  again from the next byte needed (HTTP ``Range``), and an expired URL is asked for afresh.
+  ``IntegrityError`` when a blob does not match its digest.
+
+Deleting and listing blobs are gc's, which runs on the server (``pt2reg gc`` with an admin
+token): those methods raise ``UsageError``.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import httpx
+
+from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, check_range, locked_progress,
+                          open_range, range_error, run_parallel, unique_parts, verified_into)
+from ..digests import sha256_bytes
+from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
+from ..refs import validate_digest
+from .http import HttpClient, same_origin
+from .meta import SERVER_SIDE_HINT
+
+__all__ = ["HttpBlobStore", "Target", "TRANSFERS", "READ_SIZE", "STREAM_ATTEMPTS"]
+
+#: blobs moved at once (each its own connection from the client's pool)
+TRANSFERS = 8
+#: bytes read from the file at a time while uploading (a download writes what arrives)
+READ_SIZE = 512 * 1024
+#: tries per blob download: a body cut off is resumed from the next byte, this many times in all
+STREAM_ATTEMPTS = 5
+_CUT_OFF = (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.WriteError,
+            httpx.WriteTimeout, httpx.ConnectError, httpx.ConnectTimeout)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one blob is sent to or fetched from: ``url`` with ``headers`` (those a presigned
+    URL was signed with), and its size."""
+
+    digest: str
+    url: str
+    size: int
+    method: str = "GET"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class _Cancelled(Exception):
+    """Another blob of the batch failed: this one stops (that failure is what is reported)."""
+
+
+class HttpBlobStore:
+    """A registry server's blobs, through ``client`` (shared with ``HttpMetadataStore``)."""
+
+    def __init__(self, client: HttpClient, *, transfers: int = TRANSFERS) -> None:
+        self.client = client
+        self.url = client.base_url
+        self._transfers = max(1, transfers)
+
+    def __repr__(self) -> str:
+        return f"HttpBlobStore({self.url!r})"
+
+    # -- writing ----------------------------------------------------------------------------
+    def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
+                  progress: ProgressFn | None = None) -> tuple[int, int]:
+        """Upload the ranges of ``path`` the server lacks, several at once, each hashed as it
+        is sent; returns (bytes uploaded, bytes already stored)."""
+        progress = locked_progress(progress)
+        todo, repeated = unique_parts(parts)
+        with open_range(path, 0, None) as (src, file_size):
+            for part in todo:
+                if part.offset < 0 or part.offset + part.size > file_size:
+                    raise UsageError(f"{os.fspath(path)} has {file_size} bytes; cannot read {part.size} bytes "
+                                     f"at offset {part.offset}")
+            if progress is not None and repeated:
+                progress(repeated)
+            missing = self._upload_targets(todo)
+            fd, stop = src.fileno(), threading.Event()
+
+            def one(part: Part) -> tuple[int, int]:
+                if stop.is_set():
+                    raise _Cancelled()
+                target = missing.get(part.digest)
+                if target is None:
+                    check_range(path, part, fd=fd, progress=progress)
+                    return 0, part.size
+                self._put_range(path, fd, part, target, progress, stop)
+                return part.size, 0
+
+            # the first failure is the one raised (the others stop with _Cancelled after it)
+            done = run_parallel(one, todo, self._transfers, on_error=stop.set)
+        return sum(u for u, _ in done), sum(s for _, s in done) + repeated
+
+    def put_file(self, path: str | os.PathLike, digest: str, *, offset: int = 0,
+                 length: int | None = None, progress: ProgressFn | None = None) -> bool:
+        """Upload bytes ``[offset, offset+length)`` of ``path`` unless the server has them
+        (then they are still hashed: ``IntegrityError`` when they do not match)."""
+        with open_range(path, offset, length) as (src, length):
+            part = Part(digest, offset, length)
+            target = self._upload_targets([part]).get(digest)
+            if target is None:
+                check_range(path, part, fd=src.fileno(), progress=progress)
+                return False
+            self._put_range(path, src.fileno(), part, target, locked_progress(progress), threading.Event())
+        return True
+
+    def put_stream(self, fp: BinaryIO, digest: str, *, size: int | None = None,
+                   progress: ProgressFn | None = None) -> bool:
+        """Upload ``size`` bytes of ``fp`` (or all of it) unless the server has them."""
+        data = fp.read() if size is None else fp.read(size)
+        if size is not None and len(data) != size:
+            raise IntegrityError(f"blob {digest}: the stream ended after {len(data)} of {size} bytes")
+        stored = self.put_bytes(data, digest)
+        if progress is not None:
+            progress(len(data))
+        return stored
+
+    def put_bytes(self, data: bytes, digest: str) -> bool:
+        """Upload ``data`` (checked against ``digest`` first) unless the server has it."""
+        validate_digest(digest)
+        got = sha256_bytes(data)
+        if "sha256:" + got != digest:
+            raise IntegrityError(f"bytes for blob {digest} hash to sha256:{got}", hint="this is a bug: please report it")
+        target = self._upload_targets([Part(digest, 0, len(data))]).get(digest)
+        if target is None:
+            return False
+        self._send(target, lambda: data)
+        return True
+
+    def _upload_targets(self, parts: Sequence[Part]) -> dict[str, Target]:
+        """Ask the server which blobs it lacks: ``{digest: where to PUT it}``."""
+        if not parts:
+            return {}
+        for part in parts:
+            validate_digest(part.digest)
+        answer = self.client.post_json("/v1/blobs/upload", {
+            "blobs": [{"digest": p.digest, "size": p.size} for p in parts]}, idempotent=True)
+        sizes = {p.digest: p.size for p in parts}
+        try:
+            missing = {t.digest: t for t in (_target(raw, "PUT") for raw in answer["missing"])}
+            present = {str(d) for d in answer["present"]}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed("/v1/blobs/upload") from exc
+        if set(missing) | present != set(sizes) or any(missing[d].size != sizes[d] for d in missing):
+            raise _malformed("/v1/blobs/upload")
+        return missing
+
+    def _put_range(self, path: str | os.PathLike, fd: int, part: Part, target: Target,
+                   progress: ProgressFn | None, stop: threading.Event) -> None:
+        """Send ``part``'s bytes of ``fd`` to ``target``, hashed as they go: the last piece
+        leaves only once the whole range matched the digest (``IntegrityError`` otherwise)."""
+        sent = [0]
+
+        def body() -> Iterator[bytes]:
+            if sent[0] and progress is not None:
+                progress(-sent[0])  # a retry sends the range again from its start
+            sent[0] = 0
+            h, pos, left = hashlib.sha256(), part.offset, part.size
+            while left > 0:
+                if stop.is_set():
+                    raise _Cancelled()
+                data = os.pread(fd, min(READ_SIZE, left), pos)
+                if not data:
+                    raise OSError(f"{os.fspath(path)} ended {left} bytes early (at byte {pos})")
+                h.update(data)
+                pos += len(data)
+                left -= len(data)
+                if not left and h.hexdigest() != part.digest[7:]:
+                    raise range_error(path, part, h.hexdigest())
+                yield data
+                sent[0] += len(data)
+                if progress is not None:
+                    progress(len(data))
+            if not part.size and h.hexdigest() != part.digest[7:]:
+                raise range_error(path, part, h.hexdigest())
+
+        self._send(target, body)
+
+    def _send(self, target: Target, content: Callable[[], Any]) -> None:
+        headers = {**target.headers, "Content-Length": str(target.size)}
+        response = self.client.send(target.method, target.url, content=content(), headers=headers,
+                                    idempotent=True, rewind=content)
+        response.close()
+
+    # -- reading ----------------------------------------------------------------------------
+    def exists(self, digest: str) -> bool:
+        """True when the server stores the blob (one HEAD request)."""
+        return self._head(digest) is not None
+
+    def stat(self, digest: str) -> BlobInfo:
+        """Size (and, when the server says, mtime) of a stored blob; ``NotFoundError`` if missing."""
+        info = self._head(digest)
+        if info is None:
+            raise NotFoundError(f"blob {digest} not found in the registry at {self.url}", what="blob", name=digest)
+        return info
+
+    def _head(self, digest: str) -> BlobInfo | None:
+        validate_digest(digest)
+        response = self.client.send("HEAD", f"/v1/blobs/{digest}", ok=(404,))
+        response.close()
+        if response.status_code == 404:
+            return None
+        try:
+            size = int(response.headers["content-length"])
+        except (KeyError, ValueError) as exc:
+            raise _malformed(f"HEAD /v1/blobs/{digest}") from exc
+        mtime = 0.0
+        if "last-modified" in response.headers:
+            from email.utils import parsedate_to_datetime
+
+            try:
+                mtime = parsedate_to_datetime(response.headers["last-modified"]).timestamp()
+            except (TypeError, ValueError):
+                pass
+        return BlobInfo(digest=digest, size=size, mtime=mtime)
+
+    def download_targets(self, digests: Iterable[str]) -> dict[str, Target]:
+        """Where to GET each blob (one request for all of them); ``NotFoundError`` /
+        ``AccessDeniedError`` as the server says."""
+        wanted = sorted({validate_digest(d) for d in digests})
+        if not wanted:
+            return {}
+        answer = self.client.post_json("/v1/blobs/download", {"digests": wanted}, idempotent=True)
+        try:
+            urls = answer["urls"]
+            targets = {d: _target({**urls[d], "digest": d}, "GET") for d in wanted}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed("/v1/blobs/download") from exc
+        return targets
+
+    def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                  on_done: Callable[[int], None] | None = None) -> None:
+        """Download blobs into ranges of the open file ``fd``, several at once, each hashed
+        while it streams and verified before ``on_done(i)``."""
+        progress = locked_progress(progress)
+        targets = self.download_targets(p.digest for p in parts)
+        stop = threading.Event()
+
+        def one(item: tuple[int, Part]) -> None:
+            i, part = item
+            target = targets[part.digest]
+            if target.size != part.size:
+                raise IntegrityError(f"blob {part.digest} has {target.size} bytes, expected {part.size}",
+                                     hint="the version's manifest does not match the store")
+            sink = PwriteWriter(fd, part.offset, part.size, part.digest)
+            with verified_into(sink, part.digest, f"the registry at {self.url}") as writer:
+                self._fetch(target, writer, progress, stop)
+            if on_done is not None:
+                on_done(i)
+
+        run_parallel(one, list(enumerate(parts)), self._transfers, on_error=stop.set)
+
+    def get_file(self, digest: str, dest: str | os.PathLike, *, progress: ProgressFn | None = None) -> None:
+        """Download to ``dest`` atomically, verifying the digest on the way."""
+        target = self.download_targets([digest])[digest]
+        with atomic_download(dest, digest, f"the registry at {self.url}") as writer:
+            self._fetch(target, writer, progress, threading.Event())
+
+    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
+                 size: int | None = None) -> None:
+        """Stream the blob into ``out`` in order, verifying it (``IntegrityError`` after the
+        bytes were written when they do not match: discard ``out``)."""
+        target = self.download_targets([digest])[digest]
+        if size is not None and size != target.size:
+            raise IntegrityError(f"blob {digest} has {target.size} bytes, expected {size}",
+                                 hint="the version's manifest does not match the store")
+        with verified_into(out, digest, f"the registry at {self.url}") as writer:
+            self._fetch(target, writer, progress, threading.Event())
+
+    def read_bytes(self, digest: str, *, max_size: int) -> bytes:
+        """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""
+        target = self.download_targets([digest])[digest]
+        if target.size > max_size:
+            raise IntegrityError(f"blob {digest} is larger than the limit of {max_size} bytes")
+        out = io.BytesIO()
+        with verified_into(out, digest, f"the registry at {self.url}") as writer:
+            self._fetch(target, writer, None, threading.Event())
+        return out.getvalue()
+
+    def open(self, digest: str) -> BinaryIO:
+        """A raw, unverified read stream of the blob (the caller verifies); close it when done."""
+        target = self.download_targets([digest])[digest]
+        response = self.client.send("GET", target.url, headers={**target.headers, "Accept-Encoding": "identity"},
+                                    stream=True)
+        return _ResponseReader(response)
+
+    def _fetch(self, target: Target, writer: Any, progress: ProgressFn | None, stop: threading.Event) -> None:
+        """``target.size`` bytes into ``writer``, in order. A body cut off is asked for again
+        from the next byte (``Range``), up to ``STREAM_ATTEMPTS`` tries in all; a presigned URL
+        the bucket refuses (expired) is asked of the server afresh, once per try."""
+        got, failures, size = 0, 0, target.size
+        while True:
+            headers = {**target.headers, "Accept-Encoding": "identity"}
+            if got:
+                headers["Range"] = f"bytes={got}-{size - 1}"
+            external = not same_origin(target.url, self.url)
+            try:
+                response = self.client.send("GET", target.url, headers=headers, stream=True,
+                                            ok=(403,) if external else ())
+            except StoreError:
+                failures += 1
+                if failures >= STREAM_ATTEMPTS:
+                    raise
+                continue
+            try:
+                if response.status_code == 403:  # the bucket refused the URL: it expired
+                    failures += 1
+                    if failures >= STREAM_ATTEMPTS:
+                        raise StoreError(f"the blob store refused the download of {target.digest} (HTTP 403)",
+                                         hint="check the server's S3 credentials and clock")
+                    target = self.download_targets([target.digest])[target.digest]
+                    continue
+                _check_range_answer(target, got, response)
+                for data in response.iter_bytes():
+                    if stop.is_set():
+                        raise _Cancelled()
+                    if got + len(data) > size:
+                        raise IntegrityError(f"blob {target.digest} is larger than the {size} bytes expected",
+                                             hint="the store holds the wrong content for it")
+                    writer.write(data)
+                    got += len(data)
+                    if progress is not None:
+                        progress(len(data))
+                if got == size:
+                    return
+                failures += 1  # the body ended early without an error: ask for the rest
+                if failures >= STREAM_ATTEMPTS:
+                    raise StoreError(f"the download of blob {target.digest} stopped at byte {got} of {size}",
+                                     hint="try again")
+            except _CUT_OFF as exc:
+                if got == size:
+                    return  # every byte arrived before the connection failed: the digest decides
+                failures += 1
+                if failures >= STREAM_ATTEMPTS:
+                    raise StoreError(f"the download of blob {target.digest} failed at byte {got} of {size} "
+                                     f"after {failures} tries: {type(exc).__name__}", hint="try again") from exc
+            finally:
+                response.close()
+
+    # -- gc's, on the server ----------------------------------------------------------------
+    def delete(self, digest: str) -> None:
+        raise UsageError("a remote client cannot delete blobs", hint=SERVER_SIDE_HINT)
+
+    def list(self) -> Iterator[BlobInfo]:
+        raise UsageError("a remote client cannot list blobs", hint=SERVER_SIDE_HINT)
+
+    def abort_stale_uploads(self, older_than_seconds: float = 0.0, *,
+                            keep: Iterable[str] | Callable[[], Iterable[str]] = (),
+                            dry_run: bool = False) -> list[str]:
+        raise UsageError("a remote client cannot abort uploads", hint=SERVER_SIDE_HINT)
+
+
+def _target(raw: Any, method: str) -> Target:
+    headers = raw.get("headers") or {}
+    if not isinstance(raw["url"], str) or not isinstance(headers, dict):
+        raise ValueError("url or headers")
+    size = raw["size"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("size")
+    return Target(digest=validate_digest(str(raw["digest"])), url=raw["url"], size=size,
+                  method=str(raw.get("method") or method).upper(),
+                  headers={str(k): str(v) for k, v in headers.items()})
+
+
+def _check_range_answer(target: Target, start: int, response: httpx.Response) -> None:
+    """The answer is the whole blob (from byte 0) or exactly ``bytes start-(size-1)/size``."""
+    if not start:
+        if response.status_code == 206:
+            raise IntegrityError(f"blob {target.digest}: the store answered a part where the whole blob was asked for")
+        return
+    expected = f"bytes {start}-{target.size - 1}/{target.size}"
+    got = response.headers.get("content-range", "")
+    if response.status_code != 206 or got != expected:
+        raise IntegrityError(f"blob {target.digest}: asked for bytes {start}-{target.size - 1}, "
+                             f"the store answered {got or 'the whole blob'}",
+                             hint="the store does not honour ranged GETs")
+
+
+def _malformed(where: str) -> StoreError:
+    return StoreError(f"the registry server sent a malformed answer to {where}",
+                      hint="the client and the server may be different versions of pt2reg")
+
+
+class _ResponseReader(io.RawIOBase):
+    """A streamed response as a binary file (``read``/``readinto``); closing it closes the response."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._chunks = response.iter_bytes()
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buffer))
+        b[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._response.close()
+        super().close()

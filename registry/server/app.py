@@ -1,0 +1,68 @@
+"""The registry server's ASGI app: the wire protocol over the SQL store and the blob store.
+
+    >>> app = create_app(Settings.resolve(db="postgresql://reg@db/registry", store="s3://models"))
+    >>> # uvicorn registry.server.app:create_app_from_env --factory   (PT2REG_DB, PT2REG_STORE)
+
+The app is stateless beyond its connections: every replica over one database and one store
+serves the same registry. Startup checks the schema is at head (``DatabaseOutdatedError``
+otherwise, the same line the CLI prints).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+
+from ..blobs import open_blob_store
+from ..config import Settings
+from ..constants import VERSION
+from ..store import open_metadata_store
+from .errors import install_error_handlers
+from .limits import LimitsMiddleware, ServerLimits
+from .routes import router
+from .state import ServerState
+
+__all__ = ["create_app", "create_app_from_env", "ENV_PUBLIC_URL"]
+
+ENV_PUBLIC_URL = "PT2REG_PUBLIC_URL"
+
+
+def create_app(settings: Settings, *, public_url: str | None = None,
+               limits: ServerLimits | None = None) -> FastAPI:
+    """The app over the stores ``settings`` name. The database must be at head (a fresh
+    SQLite file is created at head; PostgreSQL never is: ``pt2reg db upgrade``).
+    ``public_url``: the base URL clients reach this server at (for the blob URLs it hands out
+    with a local store); default, each request's own base URL."""
+    meta = open_metadata_store(settings.db_url, auto_create=settings.embedded_db)
+    try:
+        blobs = open_blob_store(settings.store_url)
+    except BaseException:
+        meta.close()
+        raise
+    state = ServerState(meta=meta, blobs=blobs, limits=limits or ServerLimits(),
+                        public_url=public_url.rstrip("/") if public_url else None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(title="pt2-registry", version=VERSION, lifespan=lifespan, routes=list(router.routes),
+                  openapi_url=None, docs_url=None, redoc_url=None,
+                  description="The pt2-registry wire protocol: `Authorization: Bearer <token>`; "
+                              "errors are `{\"error\": {type, exit_code, message, hint, scope}}`.")
+    app.state.registry = state
+    hide = tuple(t for t in (blobs.url, str(getattr(blobs, "root", "") or "")) if t)
+    install_error_handlers(app, hide=hide)
+    app.add_middleware(LimitsMiddleware, limits=state.limits)
+    return app
+
+
+def create_app_from_env() -> Any:
+    """``uvicorn --factory`` entry point: PT2REG_DB / PT2REG_STORE / PT2REG_HOME and
+    PT2REG_PUBLIC_URL from the environment (what ``pt2reg serve --workers N`` sets)."""
+    return create_app(Settings.resolve(), public_url=os.environ.get(ENV_PUBLIC_URL) or None)

@@ -1,0 +1,435 @@
+"""The routes of the wire protocol (``/v1/...``), each declaring its permission (``auth``).
+
+Routes are plain ``def`` functions: FastAPI runs them in its thread pool, where the
+synchronous SQL store belongs. Every write passes ``actor`` = the token's owner,
+``host`` = what the client says, and ``audit_details`` = the token id (``Call.writer``).
+Model names contain '/', so they travel as query parameters.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..access.scopes import ADMIN, AUDIT_READ
+from ..errors import AccessDeniedError, UsageError
+from ..refs import Ref, validate_alias, validate_digest, validate_name
+from ..remote.wire import encode
+from ..store.migrate import HEAD_REVISION, ensure_schema
+from ..store.records import LineageNode
+from . import blobio, fields
+from .auth import Call, authenticated, on_blobs, on_model, on_scope, public
+from .state import ServerState
+
+__all__ = ["router"]
+
+router = APIRouter()
+_EVENT_ACTIONS = ("pull", "load")
+_DIRECTIONS = ("ancestors", "descendants")
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.registry
+
+
+def _body(**props: str) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` for a JSON body read by the route (``name="string"`` ...)."""
+    def schema(kind: str) -> dict[str, Any]:
+        return {"type": "array", "items": {}} if kind == "array" else {"type": kind}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "properties": {k: schema(v) for k, v in props.items()}}}}}}
+
+
+
+# -- health -----------------------------------------------------------------------------------
+
+@router.get("/healthz", tags=["health"])
+def healthz(call: Call = public()) -> dict[str, Any]:
+    """The process answers."""
+    return {"ok": True}
+
+
+@router.get("/readyz", tags=["health"])
+def readyz(request: Request, call: Call = public()) -> Any:
+    """Ready when the database answers and its schema is at head (503 otherwise)."""
+    ensure_schema(_state(request).meta.engine, auto_create=False)
+    return {"ok": True, "schema": HEAD_REVISION}
+
+
+@router.get("/v1/openapi.json", tags=["health"], include_in_schema=False)
+def openapi_document(request: Request, call: Call = public()) -> Any:
+    return request.app.openapi()
+
+
+# -- who and when -----------------------------------------------------------------------------
+
+@router.get("/v1/whoami", tags=["access"])
+def whoami(call: Call = authenticated()) -> dict[str, Any]:
+    who = call.who
+    return {"owner": who.owner, "token_id": who.token_id, "scopes": [s.text for s in who.scopes],
+            "expires_at": encode(who.expires_at)}
+
+
+@router.get("/v1/now", tags=["access"])
+def now(request: Request, call: Call = authenticated()) -> dict[str, Any]:
+    """The database's clock (push claims are judged by it)."""
+    return {"now": encode(_state(request).meta.db_now())}
+
+
+@router.get("/v1/stats", tags=["admin"])
+def stats(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
+    """Blob bytes this process streamed itself, and presigned URLs it signed."""
+    return _state(request).counters.snapshot()
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+@router.get("/v1/models", tags=["models"])
+def models(request: Request, call: Call = authenticated()) -> dict[str, Any]:
+    """The models this token may pull."""
+    return {"models": [encode(m) for m in _state(request).meta.list_models()
+                       if call.who.allows("pull", m.name)]}
+
+
+@router.get("/v1/versions", tags=["models"])
+def versions(request: Request, name: str, call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
+    return {"versions": encode(_state(request).meta.list_versions(name))}
+
+
+@router.get("/v1/resolve", tags=["models"])
+def resolve(request: Request, ref: str, call: Call = on_model("pull", "query:ref")) -> Any:
+    return encode(_state(request).meta.resolve(Ref.parse(ref)))
+
+
+@router.get("/v1/build", tags=["models"])
+def build(request: Request, name: str, number: int,
+          call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
+    return {"build": _state(request).meta.build_info(name, number)}
+
+
+@router.get("/v1/signatures", tags=["models"])
+def signatures(request: Request, name: str, number: int,
+               call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
+    return {"signatures": encode(_state(request).meta.signatures(name, number))}
+
+
+@router.get("/v1/alias-at", tags=["models"])
+def alias_at(request: Request, name: str, alias: str, when: str,
+             call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
+    at = fields.when(when, "when")
+    assert at is not None
+    return {"number": _state(request).meta.alias_at(name, validate_alias(alias), at)}
+
+
+def _redacted(node: LineageNode, call: Call) -> LineageNode:
+    """A node of a model the token may not pull: its place in the graph, nothing else."""
+    if call.who.allows("pull", node.name):
+        return dataclasses.replace(node, edges=[_edge_redacted(e, call) for e in node.edges])
+    return LineageNode(name="restricted", number=0, digest=node.digest, status="restricted",
+                       depth=node.depth,
+                       edges=[_edge_redacted(e, call) for e in node.edges if e.kind == "parent"])
+
+
+def _edge_redacted(edge: Any, call: Call) -> Any:
+    if edge.kind != "parent":
+        return edge
+    try:
+        parent = Ref.parse(edge.value).name
+    except UsageError:
+        parent = None
+    if parent is not None and call.who.allows("pull", parent):
+        return edge
+    return dataclasses.replace(edge, value="restricted", extra=None)
+
+
+@router.get("/v1/lineage", tags=["lineage"])
+def lineage(request: Request, name: str, number: int, direction: str = "ancestors",
+            call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
+    """Ancestors or descendants; nodes of models the token may not pull are redacted."""
+    if direction not in _DIRECTIONS:
+        raise UsageError(f"invalid direction {direction!r}", hint="ancestors or descendants")
+    meta = _state(request).meta
+    nodes = meta.ancestors(name, number) if direction == "ancestors" else meta.descendants(name, number)
+    return {"nodes": encode([_redacted(n, call) for n in nodes])}
+
+
+@router.get("/v1/lineage/dataset", tags=["lineage"])
+def dataset_lineage(request: Request, uri: str, digest: str | None = None,
+                    call: Call = authenticated()) -> dict[str, Any]:
+    """Versions trained on a dataset and what derives from them, only models the token may pull."""
+    if len(uri) > 4096:
+        raise UsageError("dataset URI is longer than 4096 characters")
+    if digest is not None:
+        validate_digest(digest)
+    nodes = _state(request).meta.versions_from_dataset(uri, digest=digest)
+    return {"nodes": encode([_redacted(n, call) for n in nodes if call.who.allows("pull", n.name)])}
+
+
+# -- writes -----------------------------------------------------------------------------------
+
+@router.post("/v1/publish", tags=["models"],
+             openapi_extra=_body(name="string", digest="string", manifest_json="string",
+                                 size="integer", blobs="array", aliases="array", metadata="object",
+                                 build="object", lineage="array", signatures="array",
+                                 environment="object", host="string", ref_for_audit="string",
+                                 claim="integer"))
+def publish(request: Request,
+            call: Call = on_model("push", "body:name", also=(("alias", "aliases"),))) -> dict[str, Any]:
+    """Record a version once every blob it names is stored (checked under the store's gc
+    lock, so a version never becomes visible with a blob missing or unverified)."""
+    state = _state(request)
+    body = call.body
+    name = validate_name(fields.text(body, "name"))
+    digest = validate_digest(fields.text(body, "digest"))
+    blobs = []
+    for item in fields.items(body, "blobs", limit=state.limits.batch_items):
+        if not (isinstance(item, list) and len(item) == 2):
+            raise UsageError("each of 'blobs' must be [digest, size]")
+        d, size = validate_digest(item[0]), item[1]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise UsageError(f"invalid size {size!r} for blob {d}")
+        blobs.append((d, size))
+    lineage_edges = fields.items(body, "lineage")
+    for edge in lineage_edges:  # a parent is named only by a token that may read it
+        parent = edge.get("value") if isinstance(edge, dict) and edge.get("kind") == "parent" else None
+        if isinstance(parent, str):
+            call.who.require("pull", Ref.parse(parent).name)
+    sizes = dict(blobs)
+
+    def missing(digests: list[str]) -> list[str]:
+        return blobio.missing_blobs(state, [(d, sizes.get(d)) for d in digests])
+
+    version, created = state.meta.publish(
+        name, digest, fields.text(body, "manifest_json", max_len=state.limits.publish_body),
+        fields.number(body, "size"), blobs,
+        aliases=[validate_alias(a) for a in fields.items(body, "aliases")],
+        metadata=fields.mapping(body, "metadata"), build=fields.opt_mapping(body, "build"),
+        lineage=lineage_edges, signatures=fields.items(body, "signatures"),
+        environment=fields.opt_mapping(body, "environment"),
+        ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
+        missing_blobs=missing, **call.writer())
+    return {"version": encode(version), "created": created}
+
+
+@router.put("/v1/alias", tags=["models"],
+             openapi_extra=_body(name="string", alias="string", number="integer", host="string",
+                                 ref_for_audit="string"))
+def set_alias(request: Request, call: Call = on_model("alias", "body:name")) -> Any:
+    body = call.body
+    return encode(_state(request).meta.set_alias(
+        validate_name(fields.text(body, "name")), validate_alias(fields.text(body, "alias")),
+        fields.number(body, "number"), ref_for_audit=fields.opt_text(body, "ref_for_audit"),
+        **call.writer()))
+
+
+@router.delete("/v1/alias", tags=["models"])
+def remove_alias(request: Request, name: str, alias: str, ref_for_audit: str | None = None,
+                 host: str | None = None, call: Call = on_model("alias", "query:name")) -> Any:
+    return encode(_state(request).meta.remove_alias(
+        name, validate_alias(alias), ref_for_audit=ref_for_audit, **call.writer()))
+
+
+@router.post("/v1/status", tags=["models"],
+             openapi_extra=_body(name="string", number="integer", status="string", reason="string",
+                                 host="string", ref_for_audit="string"))
+def set_status(request: Request, call: Call = on_model("yank", "body:name")) -> Any:
+    body = call.body
+    return encode(_state(request).meta.set_status(
+        validate_name(fields.text(body, "name")), fields.number(body, "number"),
+        fields.text(body, "status"), fields.opt_text(body, "reason"),
+        ref_for_audit=fields.opt_text(body, "ref_for_audit"), **call.writer()))
+
+
+@router.post("/v1/events", tags=["audit"],
+             openapi_extra=_body(action="string", model="string", number="integer", digest="string",
+                                 ref="string", host="string", details="object"))
+def record_event(request: Request, call: Call = on_model("pull", "body:model")) -> Any:
+    """A pull or load of a version (the events a client records that change no state)."""
+    body = call.body
+    action = fields.text(body, "action")
+    if action not in _EVENT_ACTIONS:
+        raise UsageError(f"event action {action!r} cannot be recorded through the server",
+                         hint="pull or load")
+    digest = fields.opt_text(body, "digest")
+    details = {**fields.mapping(body, "details"), **call.audit_details()}
+    return encode(_state(request).meta.record_event(
+        action, actor=call.who.owner, host=call.host(), model=validate_name(fields.text(body, "model")),
+        number=fields.opt_number(body, "number"),
+        digest=validate_digest(digest) if digest is not None else None,
+        ref=fields.opt_text(body, "ref"), details=details))
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+@router.get("/v1/audit/events", tags=["audit"])
+def audit_events(request: Request, model: str | None = None, since: str | None = None,
+                 call: Call = on_scope(AUDIT_READ)) -> dict[str, Any]:
+    if model is not None:
+        validate_name(model)
+    events = _state(request).meta.events(model=model, since=fields.when(since, "since"))
+    return {"events": encode(events)}
+
+
+@router.get("/v1/audit/hashes", tags=["audit"])
+def audit_hashes(request: Request, seqs: str = "", call: Call = on_scope(AUDIT_READ)) -> dict[str, Any]:
+    wanted = [s.strip() for s in seqs.split(",") if s.strip()]
+    if len(wanted) > 10_000 or not all(s.isdigit() and len(s) < 19 for s in wanted):
+        raise UsageError("seqs must be at most 10000 comma-separated event numbers")
+    head, found = _state(request).meta.audit_hashes([int(s) for s in wanted])
+    return {"head": list(head) if head else None, "found": {str(k): v for k, v in found.items()}}
+
+
+@router.get("/v1/audit/verify", tags=["audit"])
+def audit_verify(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
+    return encode(_state(request).meta.verify_audit_chain())
+
+
+@router.get("/v1/audit/contents", tags=["audit"])
+def audit_contents(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
+    verdict = _state(request).meta.verify_version_contents()
+    return JSONResponse(encode(verdict) if verdict is not None else None)
+
+
+# -- push claims and gc -----------------------------------------------------------------------
+
+@router.post("/v1/pending", tags=["push"],
+             openapi_extra=_body(blobs="array", host="string", pid="integer", name="string"))
+def begin_pending(request: Request,
+                  call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
+    """Claim blobs a push is uploading. The claim's host reads ``remote:t<token id>:<host>``:
+    gc judges a remote claim by its heartbeats (never by a process id on the server's own
+    machine), and only the token that made a claim (or an admin) may refresh or end it."""
+    body = call.body
+    limit = _state(request).limits.batch_items
+    blobs = [validate_digest(d) for d in fields.items(body, "blobs", limit=limit)]
+    pid = fields.number(body, "pid")
+    claim = _state(request).meta.begin_pending(blobs, f"{_claim_prefix(call)}{call.host()}"[:256], pid)
+    return {"id": claim}
+
+
+def _claim_prefix(call: Call) -> str:
+    return f"remote:t{call.who.token_id}:"
+
+
+def _own_claim(request: Request, call: Call, claim_id: int) -> None:
+    """AccessDeniedError when the claim exists and another token made it (admins may)."""
+    if call.who.is_admin:
+        return
+    for claim in _state(request).meta.pending_claims():
+        if claim.id == claim_id and not claim.host.startswith(_claim_prefix(call)):
+            raise AccessDeniedError(f"push claim {claim_id} belongs to another token",
+                                    scope="admin", hint="a push refreshes and ends only its own claim")
+
+
+@router.post("/v1/pending/{claim_id}/heartbeat", tags=["push"])
+def heartbeat_pending(request: Request, claim_id: int, call: Call = on_model("push")) -> dict[str, Any]:
+    _own_claim(request, call, claim_id)
+    return {"alive": _state(request).meta.heartbeat_pending(claim_id)}
+
+
+@router.delete("/v1/pending/{claim_id}", tags=["push"])
+def end_pending(request: Request, claim_id: int, call: Call = on_model("push")) -> dict[str, Any]:
+    _own_claim(request, call, claim_id)
+    _state(request).meta.end_pending(claim_id)
+    return {}
+
+
+@router.post("/v1/gc", tags=["admin"],
+             openapi_extra=_body(dry_run="boolean", grace_seconds="number", host="string"))
+def gc(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
+    """Collect garbage on the server's stores, audited as the token's owner."""
+    from ..client.gc import collect_garbage
+
+    state = _state(request)
+    grace = call.body.get("grace_seconds", 0.0)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        raise UsageError("grace_seconds must be a number of seconds >= 0")
+    result = collect_garbage(state.meta, state.blobs, dry_run=fields.flag(call.body, "dry_run"),
+                             grace_seconds=float(grace), **call.writer())
+    return {**encode(result), "reclaimed_bytes": result.reclaimed_bytes}
+
+
+# -- tokens -----------------------------------------------------------------------------------
+
+@router.post("/v1/tokens", tags=["admin"],
+             openapi_extra=_body(owner="string", scopes="array", expires_at="string", host="string"))
+def create_token(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
+    body = call.body
+    scopes = fields.items(body, "scopes", limit=100)
+    if not all(isinstance(s, str) for s in scopes):
+        raise UsageError("'scopes' must be a list of scope strings")
+    record, secret = _state(request).meta.create_token(
+        fields.text(body, "owner", max_len=64), scopes,
+        expires_at=fields.when(fields.opt_text(body, "expires_at"), "expires_at"), **call.writer())
+    return {"token": encode(record), "secret": secret}
+
+
+@router.get("/v1/tokens", tags=["admin"])
+def list_tokens(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
+    return {"tokens": encode(_state(request).meta.list_tokens())}
+
+
+@router.delete("/v1/tokens/{token_id}", tags=["admin"])
+def revoke_token(request: Request, token_id: int, host: str | None = None,
+                 call: Call = on_scope(ADMIN)) -> Any:
+    return encode(_state(request).meta.revoke_token(token_id, **call.writer()))
+
+
+# -- blobs ------------------------------------------------------------------------------------
+
+def _blob_items(body: dict[str, Any], limit: int) -> list[tuple[str, int]]:
+    out = []
+    for item in fields.items(body, "blobs", limit=limit):
+        if not isinstance(item, dict):
+            raise UsageError("each of 'blobs' must be {digest, size}")
+        size = fields.number(item, "size")
+        if size < 0:
+            raise UsageError(f"invalid size {size} for blob {item.get('digest')!r}")
+        out.append((validate_digest(fields.text(item, "digest")), size))
+    return out
+
+
+@router.post("/v1/blobs/upload", tags=["blobs"],
+             openapi_extra=_body(blobs="array", name="string"))
+def upload_blobs(request: Request,
+                 call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
+    """Which blobs the store lacks, each with where to PUT it (a presigned S3 URL, or this
+    server's own ``/v1/blobs/{digest}`` for a local store)."""
+    state = _state(request)
+    items = _blob_items(call.body, state.limits.batch_items)
+    too_big = [d for d, n in items if n > state.limits.blob_body]
+    if too_big and not state.presigns:
+        raise UsageError(f"blob {too_big[0]} is larger than this server's limit of "
+                         f"{state.limits.blob_body} bytes per blob")
+    return blobio.upload_plan(state, request, items)
+
+
+@router.post("/v1/blobs/download", tags=["blobs"],
+             openapi_extra=_body(digests="array"))
+def download_blobs(request: Request, call: Call = on_blobs("body:digests")) -> dict[str, Any]:
+    """Where to GET each blob: presigned S3 URLs, or this server's own URLs."""
+    digests = [validate_digest(d) for d in call.body["digests"]]
+    return blobio.download_urls(_state(request), request, digests)
+
+
+@router.put("/v1/blobs/{digest}", tags=["blobs"],
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def put_blob(request: Request, digest: str,
+                   call: Call = on_model("push", json_body=False)) -> dict[str, Any]:
+    """One blob's bytes (local store only), verified while written."""
+    return await blobio.receive_blob(_state(request), request, validate_digest(digest))
+
+
+@router.get("/v1/blobs/{digest}", tags=["blobs"])
+def get_blob(request: Request, digest: str, call: Call = on_blobs("path:digest")) -> Response:
+    """The bytes (``Range`` supported), or a 307 to a presigned S3 GET."""
+    return blobio.serve_blob(_state(request), request, digest)
+
+
+@router.head("/v1/blobs/{digest}", tags=["blobs"])
+def head_blob(request: Request, digest: str,
+              call: Call = on_blobs("path:digest", or_scope="push")) -> Response:
+    return blobio.head_blob(_state(request), digest)

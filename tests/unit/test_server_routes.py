@@ -1,0 +1,109 @@
+"""Deny by default: every route the server mounts declares its permission at the one choke
+point (``registry.server.auth``), and the wire protocol's table is what is mounted."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from fastapi.routing import APIRoute
+
+from registry.config import Settings
+from registry.server import create_app
+from registry.server.auth import Call, Permission, on_model, permission_of
+
+
+def _walk(routes: list[Any]) -> Iterator[Any]:
+    """Every mounted route, descending into included routers and mounts."""
+    for route in routes:
+        inner = getattr(route, "original_router", None) or getattr(route, "app", None)
+        nested = getattr(inner, "routes", None)
+        if nested is not None and not isinstance(route, APIRoute):
+            yield from _walk(list(nested))
+        else:
+            yield route
+
+
+def _permissions(route: Any) -> list[Permission]:
+    if not isinstance(route, APIRoute):
+        return []
+    found = []
+    stack = list(route.dependant.dependencies)
+    while stack:
+        dep = stack.pop()
+        permission = permission_of(dep.call) if dep.call is not None else None
+        if permission is not None:
+            found.append(permission)
+        stack.extend(dep.dependencies)
+    return found
+
+
+def undeclared(app: Any) -> list[str]:
+    """Routes with no declared permission, or more than one (ambiguous)."""
+    bad = []
+    for route in _walk(list(app.routes)):
+        if len(_permissions(route)) != 1:
+            methods = ",".join(sorted(getattr(route, "methods", None) or ["?"]))
+            bad.append(f"{methods} {getattr(route, 'path', route)!r}")
+    return bad
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    app = create_app(Settings.resolve(home=str(tmp_path), env={}))
+    yield app
+    app.state.registry.close()
+
+
+def test_every_mounted_route_declares_its_permission(app: Any) -> None:
+    assert undeclared(app) == []
+
+
+def test_an_undeclared_route_is_caught(app: Any) -> None:
+    @app.get("/v1/leak")
+    def leak() -> dict[str, str]:
+        return {"everything": "here"}
+
+    assert undeclared(app) == ["GET '/v1/leak'"]
+
+
+def test_a_route_on_an_included_router_is_walked(app: Any) -> None:
+    from fastapi import APIRouter
+
+    extra = APIRouter()
+
+    @extra.post("/v1/extra")
+    def declared(call: Call = on_model("push")) -> dict[str, str]:
+        return {}
+
+    @extra.delete("/v1/extra")
+    def forgot() -> dict[str, str]:
+        return {}
+
+    app.include_router(extra)
+    assert undeclared(app) == ["DELETE '/v1/extra'"]
+
+
+def test_public_routes_are_only_health_and_the_openapi_document(app: Any) -> None:
+    public = sorted(route.path for route in _walk(list(app.routes))
+                    if [p.kind for p in _permissions(route)] == ["public"])
+    assert public == ["/healthz", "/readyz", "/v1/openapi.json"]
+
+
+def test_the_protocol_table_is_mounted(app: Any) -> None:
+    mounted = {(m, r.path) for r in _walk(list(app.routes)) for m in r.methods}
+    table = {
+        ("GET", "/v1/whoami"), ("GET", "/v1/models"), ("GET", "/v1/versions"), ("GET", "/v1/resolve"),
+        ("GET", "/v1/build"), ("GET", "/v1/signatures"), ("GET", "/v1/alias-at"),
+        ("GET", "/v1/lineage"), ("GET", "/v1/lineage/dataset"), ("POST", "/v1/publish"),
+        ("PUT", "/v1/alias"), ("DELETE", "/v1/alias"), ("POST", "/v1/status"), ("POST", "/v1/events"),
+        ("GET", "/v1/audit/events"), ("GET", "/v1/audit/hashes"), ("GET", "/v1/audit/verify"),
+        ("GET", "/v1/audit/contents"), ("POST", "/v1/pending"),
+        ("POST", "/v1/pending/{claim_id}/heartbeat"), ("DELETE", "/v1/pending/{claim_id}"),
+        ("GET", "/v1/now"), ("POST", "/v1/gc"), ("POST", "/v1/blobs/upload"),
+        ("PUT", "/v1/blobs/{digest}"), ("POST", "/v1/blobs/download"), ("GET", "/v1/blobs/{digest}"),
+        ("HEAD", "/v1/blobs/{digest}"), ("POST", "/v1/tokens"), ("GET", "/v1/tokens"),
+        ("DELETE", "/v1/tokens/{token_id}"), ("GET", "/v1/openapi.json"), ("GET", "/healthz"),
+        ("GET", "/readyz"), ("GET", "/v1/stats"),
+    }
+    assert table == mounted
