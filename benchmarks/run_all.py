@@ -16,7 +16,7 @@ import time
 
 from _common import BENCH, OUT, PYTHON, fmt, machine
 
-SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale", "mlflow"]
+SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale", "mlflow", "server", "web"]
 
 
 def table(quick: bool) -> str:

@@ -31,7 +31,7 @@ from .pt2.normalize import fill_holes, normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
 
 __all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
-           "DEFAULT_RTOL", "DEFAULT_ATOL"]
+           "add_variants", "DEFAULT_RTOL", "DEFAULT_ATOL"]
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
@@ -392,5 +392,40 @@ def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any]
             inputs.append(ProgramInput(name, path, names))
         sample_inputs = [SampleInput(p, v) for p, vals in (samples or {}).items() for v in vals]
         return build_bundle(out, inputs, samples=sample_inputs, metadata=metadata, **kwargs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def add_variants(out: str | os.PathLike, manifest: Manifest, files: Mapping[str, Path],
+                 packages: Sequence[tuple[str, str | os.PathLike]], *,
+                 metadata: Mapping[str, str] | None = None,
+                 build_info: Mapping[str, Any] | None = None) -> BuildResult:
+    """A new bundle at ``out``: everything of ``manifest`` (its members are the verified local
+    ``files``: programs, variants, golden samples, metadata, Dim names) plus each AOTInductor
+    package of ``packages`` (``(program, path)``) as a variant of that program, its weights
+    chunked at the portable program's (``_weights_in_blobs``). ``metadata`` is merged in."""
+    out = Path(out)
+    work = Path(tempfile.mkdtemp(prefix="pt2reg-variants-"))
+    try:
+        b = _Builder(work)
+        b.programs = dict(manifest.programs)
+        owner = {v.member: p for p in manifest.programs.values() for v in p.variants}
+        for m in manifest.members:
+            extra: list[tuple[int, int]] = []
+            prog = owner.get(m.path)
+            if m.role == "aoti" and prog is not None and prog.portable is not None:
+                extra = _weights_in_blobs(files[m.path], files[prog.portable.member])
+            b.add_file(m.path, files[m.path], m.role, extra)
+        for i, (program, package) in enumerate(packages):
+            if program not in b.programs:
+                raise UsageError(f"no program {program!r} to add a variant to; programs: {', '.join(b.programs)}")
+            b.add_program(ProgramInput(program, package), i)
+        raw = manifest.to_json()
+        raw["programs"] = {name: prog.to_json() for name, prog in b.programs.items()}
+        raw["members"] = [m.to_json() for m in sorted(b.members.values(), key=lambda m: m.path)]
+        raw["metadata"] = {**raw["metadata"], **{str(k): str(v) for k, v in (metadata or {}).items()}}
+        manifest = write_bundle(out, Manifest.from_raw(raw), dict(b.ranges),
+                                build=dict(build_info) if build_info else None, fill_digests=True)
+        return BuildResult(out, manifest, tuple(b.warnings))
     finally:
         shutil.rmtree(work, ignore_errors=True)

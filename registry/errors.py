@@ -14,7 +14,8 @@ contract and a one-line message that says what was wrong and what to do::
     │   └── SignatureError                      missing or wrong signature
     ├── ConflictError                  exit 6   a state change lost a race or clashes
     ├── AccessDeniedError              exit 7   the token lacks the scope (HTTP 403)
-    │   └── NotAuthenticatedError               no, unknown, expired or revoked token (HTTP 401)
+    │   ├── NotAuthenticatedError               no, unknown, expired or revoked token (HTTP 401)
+    │   └── PolicyError                         an alias policy refuses the change (HTTP 403)
     └── StoreError                     exit 1   a backend (database, S3) failed
         └── DatabaseOutdatedError               the database schema is behind head
 
@@ -37,6 +38,7 @@ __all__ = [
     "ConflictError",
     "AccessDeniedError",
     "NotAuthenticatedError",
+    "PolicyError",
     "StoreError",
     "DatabaseOutdatedError",
     "InputValidationError",
@@ -129,6 +131,16 @@ class AccessDeniedError(RegistryError):
 
 class NotAuthenticatedError(AccessDeniedError):
     """No token, or an unknown, expired or revoked one."""
+
+
+class PolicyError(AccessDeniedError):
+    """An alias policy refuses a move or removal; ``rule`` names it (``signature``,
+    ``attestation``, ``immutable``, ``role-scope``)."""
+
+    def __init__(self, message: str, *, rule: str = "policy", hint: str | None = None,
+                 scope: str | None = None):
+        self.rule = rule
+        super().__init__(message, scope=scope, hint=hint)
 
 
 class StoreError(RegistryError):

@@ -27,6 +27,7 @@ LAYERS = [
     {"registry.client"},
     {"registry.runtime"},
     {"registry.bundler"},
+    {"registry.serving"},
     {"registry.server"},
     {"registry.cli", "registry"},
 ]

@@ -14,5 +14,11 @@ if ! command -v dot >/dev/null 2>&1; then
   echo "Graphviz dot missing (lineage --dot is rendered by the tests); installing Debian's graphviz" >&2
   if [ "$(id -u)" = 0 ]; then apt-get install -y -q graphviz >/dev/null; else sudo apt-get install -y -q graphviz >/dev/null; fi
 fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "Chromium missing (the web UI is tested in a headless browser); installing Debian's chromium + chromium-driver" >&2
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
+  $sudo_ apt-get install -y -q chromium chromium-driver >/dev/null \
+    || { $sudo_ apt-get update -q >/dev/null && $sudo_ apt-get install -y -q chromium chromium-driver >/dev/null; }
+fi
 # two workers, as many as the 2-core CI machine has; worksteal keeps both busy to the end
 exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"

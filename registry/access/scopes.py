@@ -2,7 +2,7 @@
 
 Grammar (one scope per ``--scope``)::
 
-    model:<glob>:<action>[,<action>...]   actions: pull, push, alias, yank, delete
+    model:<glob>:<action>[,<action>...]   actions: pull, push, alias, yank, delete, attest
     audit:read                            read, verify and export the audit log
     admin                                 everything, including tokens and gc
 
@@ -30,10 +30,10 @@ from ..errors import AccessDeniedError, UsageError
 __all__ = ["ACTIONS", "SCOPE_GRAMMAR", "Scope", "Identity", "glob_matches", "parse_scope",
            "validate_glob"]
 
-ACTIONS = ("pull", "push", "alias", "yank", "delete")
+ACTIONS = ("pull", "push", "alias", "yank", "delete", "attest")
 AUDIT_READ = "audit:read"
 ADMIN = "admin"
-SCOPE_GRAMMAR = ("a scope is model:<glob>:<actions> (actions from pull,push,alias,yank,delete, "
+SCOPE_GRAMMAR = ("a scope is model:<glob>:<actions> (actions from pull,push,alias,yank,delete,attest, "
                  "comma-separated; glob like team/* or team/**), audit:read, or admin")
 
 # a glob segment: the characters of a model name plus '*'

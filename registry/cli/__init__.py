@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import click
 
-from . import audit_cmds, bundle_cmds, key_cmds, remote_cmds, runtime_cmds, server_cmds, store_cmds, token_cmds
+from . import (audit_cmds, bundle_cmds, governance_cmds, key_cmds, remote_cmds, runtime_cmds, server_cmds,
+               serving_cmds, store_cmds, token_cmds, webhook_cmds)
 from ._core import RegistryGroup
 
 __all__ = ["main", "cli"]
@@ -53,7 +54,8 @@ def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None,
     ctx.call_on_close(ctx.obj.close)  # the registry's database connections end with the command
 
 
-for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds, token_cmds, remote_cmds, server_cmds):
+for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds, token_cmds, remote_cmds, server_cmds,
+                governance_cmds, serving_cmds, webhook_cmds):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

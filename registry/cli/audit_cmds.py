@@ -136,13 +136,20 @@ def lineage(app: App, ref: str | None, descendants: bool, dataset: str | None, a
               help="Re-walk the hash chain, replay it against the registry's state and check the "
                    "event this machine anchored at its last verify (HOME/audit-anchors.json) is "
                    "unchanged; exit 5 naming the first broken event, 0 when intact.")
+@click.option("--server-key", "server_key", metavar="PUB", type=click.Path(dir_okay=False),
+              help="With --verify: also check the chain against the audit heads the server "
+                   "signed, with the server's public key (PEM, from GET /v1/keys): catches a "
+                   "chain recomputed by someone with database access but not the key.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
-def audit(app: App, model: str | None, since: str | None, verify: bool, as_json: bool) -> None:
+def audit(app: App, model: str | None, since: str | None, verify: bool, server_key: str | None,
+          as_json: bool) -> None:
     """The append-only, hash-chained record of every change and every pull."""
     reg = app.registry
+    if server_key and not verify:
+        raise click.UsageError("--server-key goes with --verify")
     if verify:
-        verdict = reg.verify_audit()
+        verdict = reg.verify_audit_signed(server_key) if server_key else reg.verify_audit()
         if as_json:
             emit_json({"intact": verdict.ok, "first_bad_event": verdict.first_bad_seq,
                        "reason": verdict.reason})

@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 from ..format.manifest import AotiTarget, Manifest, Size
 
-__all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean"]
+__all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean",
+           "print_attestations"]
 
 
 def console(stderr: bool = False) -> Any:
@@ -126,3 +127,26 @@ def print_bundle(manifest: Manifest, label: str | None) -> None:
         f"python {env.python}, torch {env.torch}, {env.platform}" + (f", CUDA {env.cuda}" if env.cuda else "")))
     for w in manifest.warnings():
         out.print(f"[yellow]warning[/yellow]: {esc(w)}")
+
+
+def print_attestations(attestations: Sequence[Any], *, title: str = "attestations") -> None:
+    """A version's attestations: label, verdict, device and target, worst sample error, signer."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for col in ("id", "label", "result", "device", "target", "max abs", "signed by", "by", "at"):
+        table.add_column(col)
+    for a in attestations:
+        t = a.target or {}
+        cc = t.get("compute_capability")
+        where = " ".join(str(p) for p in (f"torch {t.get('torch')}", f"sm_{cc[0]}{cc[1]}" if cc else None,
+                                          f"CUDA {t.get('cuda')}" if t.get("cuda") else None,
+                                          f"driver {t.get('driver')}" if t.get("driver") else None) if p)
+        errors = [o.get("max_abs") for r in a.results if isinstance(r, dict)
+                  for o in r.get("outputs", []) if isinstance(o, dict) and o.get("max_abs") is not None]
+        verdict = "[green]passed[/green]" if a.passed else f"[red]FAILED[/red] {esc(a.error or '')}".rstrip()
+        table.add_row(str(a.id), esc(a.label), verdict, esc(a.device), esc(where),
+                      f"{max(errors):.3g}" if errors else "-",
+                      esc(a.key_id[:19] + "...") if a.key_id else "unsigned", esc(a.created_by),
+                      esc(str(a.created_at)[:19]))
+    console().print(table)

@@ -26,11 +26,15 @@ __all__ = ["serve", "COMMANDS"]
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Worker processes (or run several replicas: they share nothing but the "
                    "database and the store).")
+@click.option("--signing-key", "signing_key", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Ed25519 private key (PEM) that signs the audit head and seals webhook "
+                   "secrets; every replica needs the same one. Default: $PT2REG_SIGNING_KEY, "
+                   "else HOME/server-signing.key, generated (0600) on first start.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @pass_app
 def serve(app: App, host: str, port: int, db: str | None, store: str | None,
-          public_url: str | None, workers: int, log_level: str) -> None:
+          public_url: str | None, workers: int, signing_key: str | None, log_level: str) -> None:
     """Serve the registry over HTTP (--db and --store name what it serves).
 
     Clients then need only the URL and a token (`pt2reg token create`): PT2REG_URL and
@@ -53,6 +57,12 @@ def serve(app: App, host: str, port: int, db: str | None, store: str | None,
         from ..config import normalize_url
 
         public_url = normalize_url(public_url)
+    if signing_key:  # read by create_app in this process and in every worker
+        import os
+
+        from ..access.server_key import ENV_SIGNING_KEY
+
+        os.environ[ENV_SIGNING_KEY] = os.path.abspath(signing_key)
     from ..server.serve import serve as run_server
 
     run_server(settings, host=host, port=port, public_url=public_url, workers=workers,

@@ -6,8 +6,8 @@ from typing import Any
 import click
 
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
-from .render import console, esc, format_size
-from .views import version_json
+from .render import console, esc, format_size, print_attestations
+from .views import attestation_json, version_json
 
 __all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db"]
 
@@ -123,6 +123,8 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     reg = app.registry
     v = reg.show(ref, at=at)
     data = {**version_json(v), "environment": dict(v.environment or {})}
+    _, attested = reg.attestations(v)
+    data["attestations"] = [attestation_json(a) for a in attested]
     if at is not None:
         data.update(ref=ref, at=at)
     if as_json:
@@ -140,6 +142,8 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     env = data["environment"]
     if env:
         out.print("published with: " + esc(", ".join(f"{k} {val}" for k, val in sorted(env.items()) if val)))
+    if attested:
+        print_attestations(attested)
 
 
 @click.group()

@@ -11,9 +11,11 @@ from ..refs import Ref
 from ..sources import parse_source
 
 if TYPE_CHECKING:
-    from ..store.records import AuditEvent, LineageNode, VersionRecord
+    from ..access.policy import AliasPolicy
+    from ..store.records import AttestationRecord, AuditEvent, LineageNode, VersionRecord
 
-__all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_json"]
+__all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_json", "policy_json",
+           "attestation_json"]
 
 
 def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
@@ -64,3 +66,19 @@ def event_json(e: AuditEvent) -> dict[str, Any]:
     return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
             "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
             "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
+
+
+def policy_json(p: AliasPolicy) -> dict[str, Any]:
+    """An alias policy as ``policy show --json`` prints it (key ids, not the PEM texts)."""
+    return {"name": p.name, "alias": p.alias, "role_scope": p.role_scope,
+            "require_signature": list(p.key_ids), "require_attestation": list(p.attestations),
+            "immutable": p.immutable, "rules": p.describe(),
+            "updated_at": str(p.updated_at) if p.updated_at else None, "updated_by": p.updated_by}
+
+
+def attestation_json(a: AttestationRecord) -> dict[str, Any]:
+    """An attestation as ``attestations --json`` (and ``show --json``) print it."""
+    return {"id": a.id, "ref": f"{a.name}@{a.number}", "digest": a.digest, "label": a.label,
+            "passed": a.passed, "device": a.device, "target": a.target, "results": a.results,
+            "error": a.error, "signed_by": a.key_id, "signature": a.signature,
+            "created_at": str(a.created_at), "created_by": a.created_by}

@@ -27,8 +27,10 @@ from .push import PushResult, push_bundle
 if TYPE_CHECKING:
     from ..remote.http import HttpClient
     from ..store.audit_chain import ChainVerdict
-    from ..store.records import (AliasRecord, AuditEvent, LineageNode, ModelRecord, TokenRecord,
-                                 VersionRecord)
+    from ..access.policy import AliasPolicy
+    from ..store.records import WebhookDelivery, WebhookRecord
+    from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageNode, ModelRecord,
+                                 TokenRecord, VersionRecord)
     from .trust import TrustPolicy
 
 __all__ = ["Registry", "parse_time"]
@@ -344,6 +346,126 @@ class Registry:
     def revoke_token(self, token_id: int) -> TokenRecord:
         """Revoke a token now (NotFoundError for an unknown id)."""
         return self.meta.revoke_token(token_id, actor=actor(), host=hostname())
+
+    # -- governance: alias policies and attestations -------------------------------------------
+    def set_policy(self, name: str, alias: str, *, role_scope: str | None = None,
+                   require_signature: Sequence[str | os.PathLike[str]] = (),
+                   require_attestation: Sequence[str] = (), immutable: bool = False) -> AliasPolicy:
+        """Create or replace the policy on ``name@alias`` (``registry.access.policy``);
+        ``require_signature``: public key files (``.pub``). Needs direct database access or an
+        admin token; audited."""
+        from ..format.signing import read_public_key_file
+
+        pems = [read_public_key_file(path) for path in require_signature]  # exit 2/3 before any request
+        return self.meta.set_policy(validate_name(name), validate_alias(alias), role_scope=role_scope,
+                                    signers=pems, attestations=list(require_attestation),
+                                    immutable=immutable, actor=actor(), host=hostname())
+
+    def policies(self, name: str) -> list[AliasPolicy]:
+        """The alias policies of model ``name``."""
+        return self.meta.policies(validate_name(name))
+
+    def remove_policy(self, name: str, alias: str) -> AliasPolicy:
+        """Delete the policy on ``name@alias``; returns it."""
+        return self.meta.remove_policy(validate_name(name), validate_alias(alias), actor=actor(),
+                                       host=hostname())
+
+    def attestations(self, ref: str | VersionRecord) -> tuple[VersionRecord, list[AttestationRecord]]:
+        """The version ``ref`` names (or the version given) and its attestations, oldest first."""
+        version = self.meta.resolve(Ref.parse(ref)) if isinstance(ref, str) else ref
+        return version, self.meta.attestations(version.name, version.number)
+
+    def record_attestation(self, version: VersionRecord, *, label: str, passed: bool, device: str,
+                           target: dict, results: list, error: str | None = None,
+                           sign_key: str | os.PathLike[str] | None = None) -> AttestationRecord:
+        """Record an attestation of ``version`` (what ``registry.runtime.attest`` measured),
+        signed with the Ed25519 ``sign_key`` when given: the signature covers
+        ``attestation_digest`` of the statement, and the registry verifies it on record."""
+        from ..access.policy import attestation_digest, attestation_statement, validate_label
+
+        validate_label(label)
+        signature = public_key = None
+        if sign_key is not None:
+            from ..format.signing import public_pem_of, sign_digest
+
+            statement = attestation_statement(digest=version.digest, label=label, passed=passed,
+                                              device=device, target=target, results=results, error=error)
+            signature = sign_digest(sign_key, attestation_digest(statement))
+            public_key = public_pem_of(sign_key)
+        return self.meta.record_attestation(
+            version.name, version.number, label=label, passed=passed, device=device, target=target,
+            results=results, error=error, signature=signature, public_key=public_key, actor=actor(),
+            host=hostname())
+
+    # -- webhooks -------------------------------------------------------------------------
+    def add_webhook(self, url: str, events: Sequence[str], secret_file: str | os.PathLike[str], *,
+                    model_glob: str | None = None) -> WebhookRecord:
+        """Subscribe ``url`` to ``events`` (``registry.store.outbox.EVENT_TYPES``), only for
+        models matching ``model_glob`` when given. ``secret_file`` holds a Standard Webhooks
+        secret ``whsec_<base64>``: it is stored encrypted under the server's key (remotely the
+        server encrypts it; with direct database access, the key file ``$PT2REG_SIGNING_KEY``
+        or HOME/server-signing.key, which must be the server's)."""
+        from ..access import server_key
+        from ..remote.meta import HttpMetadataStore
+        from ..store.outbox import validate_webhook_url
+
+        validate_webhook_url(url)
+        try:
+            text = Path(secret_file).read_text("utf-8").strip()
+        except OSError as exc:
+            raise NotFoundError(f"cannot read the secret file {secret_file}: {exc.strerror}") from exc
+        secret = server_key.parse_webhook_secret(text)
+        glob = model_glob or None
+        meta = self.meta
+        if isinstance(meta, HttpMetadataStore):
+            return meta.add_webhook(url, list(events), glob, secret=text, actor=actor(), host=hostname())
+        path, may_create = server_key.key_path(self.settings.home)
+        key = server_key.load_or_create(path, may_create)
+        return meta.add_webhook(  # type: ignore[attr-defined]
+            url, list(events), glob, actor=actor(), host=hostname(),
+            secret_enc=server_key.encrypt_secret(server_key.secrets_key(key), secret, url),
+            key_id=server_key.server_key_id(key))
+
+    def list_webhooks(self) -> list[WebhookRecord]:
+        return self.meta.list_webhooks()
+
+    def remove_webhook(self, webhook_id: int) -> WebhookRecord:
+        return self.meta.remove_webhook(webhook_id, actor=actor(), host=hostname())
+
+    def webhook_deliveries(self, *, failed: bool = False, limit: int = 200) -> list[WebhookDelivery]:
+        """Newest first with their attempts; ``failed``: those whose last attempt failed."""
+        return self.meta.webhook_deliveries(failed=failed, limit=limit)
+
+    def redeliver_webhook(self, delivery_id: int) -> WebhookDelivery:
+        return self.meta.redeliver_webhook(delivery_id)
+
+    # -- the signed audit head ------------------------------------------------------------
+    def verify_audit_signed(self, server_key_file: str | os.PathLike[str]) -> ChainVerdict:
+        """:meth:`verify_audit`, plus: every stored signed head verifies under the server's
+        public key (``server_key_file``, PEM) and the chain still carries each signed hash, so
+        a chain recomputed by someone without the key fails naming the first rewritten event."""
+        from ..access import server_key
+        from ..format.signing import read_public_key_file
+        from ..store.audit_chain import ChainVerdict, format_ts
+
+        pem = read_public_key_file(server_key_file).encode("ascii")
+        verdict = self.meta.verify_audit_chain()
+        if not verdict.ok:
+            return verdict
+        heads = self.meta.audit_heads()
+        seqs = sorted({h.seq for h in heads})
+        found: dict[int, str] = {}
+        for i in range(0, len(seqs), 5000):
+            found.update(self.meta.audit_hashes(seqs[i:i + 5000])[1])
+        bad = server_key.check_heads(heads, found, pem, ts_text=format_ts)
+        if bad is not None:
+            return ChainVerdict(False, bad[0], bad[1])
+        verdict = self.verify_audit()
+        if verdict.ok and heads:
+            newest = heads[-1]
+            return verdict._replace(reason=((verdict.reason + "; ") if verdict.reason else "")
+                                    + f"signed head at event {newest.seq} ({format_ts(newest.signed_at)}) verified")
+        return verdict
 
 
 def parse_time(text: str) -> datetime:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..blobs.base import BlobStore
 
 if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
+    from ..access.policy import AliasPolicy
     from ..access.scopes import Identity
     from ..refs import Ref
     from ..store.audit_chain import ChainVerdict
-    from ..store.records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+    from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
                                  PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["MetadataStore", "BlobStore"]
@@ -161,3 +162,43 @@ class MetadataStore(Protocol):
 
     def authenticate(self, secret: str) -> Identity:
         """The token's identity; NotAuthenticatedError when unknown, expired or revoked."""
+
+    # -- governance -------------------------------------------------------------------------
+    def set_policy(self, name: str, alias: str, *, role_scope: str | None = None,
+                   signers: Sequence[str] = (), attestations: Sequence[str] = (),
+                   immutable: bool = False, actor: str, host: str,
+                   audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        """Create or replace the policy on ``name@alias`` (``signers``: public keys, PEM text)."""
+
+    def remove_policy(self, name: str, alias: str, *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        """Delete the policy on ``name@alias``; returns it."""
+
+    def policies(self, name: str) -> list[AliasPolicy]:
+        """The alias policies of a model, by alias."""
+
+    def record_attestation(self, name: str, number: int, *, label: str, passed: bool, device: str,
+                           target: Mapping[str, Any], results: Sequence[Any], error: str | None = None,
+                           signature: Mapping[str, Any] | None = None, public_key: str | None = None,
+                           actor: str, host: str,
+                           audit_details: Mapping[str, Any] | None = None) -> AttestationRecord:
+        """Record a conformance attestation (a signature is verified on record)."""
+
+    def attestations(self, name: str, number: int) -> list[AttestationRecord]:
+        """A version's attestations, oldest first."""
+
+    def list_webhooks(self) -> list[Any]:
+        """Webhook subscriptions (``WebhookRecord``), never their secrets."""
+
+    def remove_webhook(self, webhook_id: int, *, actor: str, host: str,
+                       audit_details: Mapping[str, Any] | None = None) -> Any:
+        """Delete a subscription (audited); its undelivered deliveries are dropped."""
+
+    def webhook_deliveries(self, *, failed: bool = False, limit: int = 200) -> list[Any]:
+        """Newest deliveries first (``WebhookDelivery``) with every attempt."""
+
+    def redeliver_webhook(self, delivery_id: int) -> Any:
+        """Queue a delivery again now."""
+
+    def audit_heads(self, *, newest_only: bool = False) -> list[Any]:
+        """The audit heads the server signed (``SignedAuditHead``), oldest first."""

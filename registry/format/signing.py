@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from ..errors import NotFoundError, SignatureError, UsageError
 
 __all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of",
-           "public_key_from_pem", "valid_signer"]
+           "public_key_from_pem", "valid_signer", "read_public_key_file", "public_pem_of"]
 
 _DOMAIN = b"pt2-registry/bundle/v1\n"
 ALGORITHM = "ed25519"
@@ -203,3 +203,19 @@ def verify_signatures(digest: str, signatures: Iterable[dict[str, Any]], pubkey_
         raise SignatureError(f"{digest} is not signed", hint="a signature from a required key is needed")
     raise SignatureError(f"{digest} is not signed by any required key "
                          f"({', '.join(k[:19] + '...' for k in keys)})")
+
+
+def read_public_key_file(path: str | os.PathLike) -> str:
+    """The PEM text of an Ed25519 public key file (``.pub``), checked: NotFoundError (exit 3)
+    for a missing file, UsageError (exit 2) for anything but an Ed25519 public key."""
+    data = _read_key_file(path, "public key")
+    public_key_from_pem(data, os.fspath(path))
+    return data.decode("ascii")
+
+
+def public_pem_of(key_path: str | os.PathLike) -> str:
+    """The public key (SubjectPublicKeyInfo PEM text) of the private key at ``key_path``."""
+    from cryptography.hazmat.primitives import serialization
+
+    return _load_private(key_path).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode("ascii")

@@ -44,6 +44,10 @@ TRANSFERS = 8
 READ_SIZE = 512 * 1024
 #: tries per blob download: a body cut off is resumed from the next byte, this many times in all
 STREAM_ATTEMPTS = 5
+#: bytes handed on at a time from a streamed body: httpx delivers ~64 KiB pieces, and hashing,
+#: writing and counting each one on its own made a pull through presigned URLs slower than a
+#: direct S3 pull; batching them (``_batched``) costs a copy per MiB
+STREAM_PIECE = 1 << 20
 _CUT_OFF = (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.WriteError,
             httpx.WriteTimeout, httpx.ConnectError, httpx.ConnectTimeout)
 
@@ -326,7 +330,7 @@ class HttpBlobStore:
                     target = self.download_targets([target.digest])[target.digest]
                     continue
                 _check_range_answer(target, got, response)
-                for data in response.iter_bytes():
+                for data in _batched(response.iter_bytes(), STREAM_PIECE):
                     if stop.is_set():
                         raise _Cancelled()
                     if got + len(data) > size:
@@ -365,6 +369,25 @@ class HttpBlobStore:
         raise UsageError("a remote client cannot abort uploads", hint=SERVER_SIDE_HINT)
 
 
+def _batched(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """``chunks`` joined into pieces of at least ``size`` bytes (the last may be shorter). When
+    the stream breaks, the bytes already received are handed on before the error, so a resumed
+    download asks for exactly the next byte."""
+    buf = bytearray()
+    try:
+        for data in chunks:
+            buf += data
+            if len(buf) >= size:
+                yield bytes(buf)
+                buf = bytearray()
+    except Exception:
+        if buf:
+            yield bytes(buf)
+        raise
+    if buf:
+        yield bytes(buf)
+
+
 def _target(raw: Any, method: str) -> Target:
     headers = raw.get("headers") or {}
     if not isinstance(raw["url"], str) or not isinstance(headers, dict):
@@ -401,7 +424,7 @@ class _ResponseReader(io.RawIOBase):
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
-        self._chunks = response.iter_bytes()
+        self._chunks = response.iter_bytes(STREAM_PIECE)
         self._buffer = b""
 
     def readable(self) -> bool:

@@ -18,10 +18,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from ..access.policy import AliasPolicy
 from ..access.scopes import Identity, parse_scope
 from ..errors import UsageError
 from ..store.audit_chain import ChainVerdict
-from ..store.records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, PendingPush,
+from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, PendingPush,
                              SignatureRecord, TokenRecord, VersionRecord)
 from .http import HttpClient
 from .wire import decode, decode_list, encode, format_datetime, parse_datetime
@@ -224,6 +225,80 @@ class HttpMetadataStore:
     def revoke_token(self, token_id: int, *, actor: str, host: str,
                      audit_details: Mapping[str, Any] | None = None) -> TokenRecord:
         return decode(TokenRecord, self.client.delete_json(f"/v1/tokens/{int(token_id)}"))
+
+    # -- governance -------------------------------------------------------------------------
+    def set_policy(self, name: str, alias: str, *, role_scope: str | None = None,
+                   signers: Sequence[str] = (), attestations: Sequence[str] = (),
+                   immutable: bool = False, actor: str, host: str,
+                   audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        return decode(AliasPolicy, self.client.put_json("/v1/policies", {
+            "name": name, "alias": alias, "role_scope": role_scope, "signers": list(signers),
+            "attestations": list(attestations), "immutable": bool(immutable), "host": host}))
+
+    def remove_policy(self, name: str, alias: str, *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        return decode(AliasPolicy, self.client.delete_json("/v1/policies", {
+            "name": name, "alias": alias, "host": host}))
+
+    def policies(self, name: str) -> list[AliasPolicy]:
+        return decode_list(AliasPolicy, _field(self.client.get_json("/v1/policies", {"name": name}), "policies"))
+
+    def record_attestation(self, name: str, number: int, *, label: str, passed: bool, device: str,
+                           target: Mapping[str, Any], results: Sequence[Any], error: str | None = None,
+                           signature: Mapping[str, Any] | None = None, public_key: str | None = None,
+                           actor: str, host: str,
+                           audit_details: Mapping[str, Any] | None = None) -> AttestationRecord:
+        return decode(AttestationRecord, self.client.post_json("/v1/attestations", {
+            "name": name, "number": number, "label": label, "passed": bool(passed), "device": device,
+            "target": encode(dict(target)), "results": encode(list(results)), "error": error,
+            "signature": dict(signature) if signature is not None else None, "public_key": public_key,
+            "host": host}))
+
+    def attestations(self, name: str, number: int) -> list[AttestationRecord]:
+        answer = self.client.get_json("/v1/attestations", {"name": name, "number": number})
+        return decode_list(AttestationRecord, _field(answer, "attestations"))
+
+    # -- webhooks and signed audit heads ------------------------------------------------------
+    def add_webhook(self, url: str, events: Sequence[str], model_glob: str | None, *, secret: str,
+                    actor: str, host: str, audit_details: Mapping[str, Any] | None = None) -> Any:
+        """Subscribe ``url``; the server encrypts the secret (``whsec_...``) under its own key."""
+        from ..store.records import WebhookRecord
+
+        return decode(WebhookRecord, self.client.post_json("/v1/webhooks", {
+            "url": url, "events": list(events), "model_glob": model_glob, "secret": secret,
+            "host": host}))
+
+    def list_webhooks(self) -> list[Any]:
+        from ..store.records import WebhookRecord
+
+        return decode_list(WebhookRecord, _field(self.client.get_json("/v1/webhooks"), "webhooks"))
+
+    def remove_webhook(self, webhook_id: int, *, actor: str, host: str,
+                       audit_details: Mapping[str, Any] | None = None) -> Any:
+        from ..store.records import WebhookRecord
+
+        return decode(WebhookRecord, self.client.delete_json(f"/v1/webhooks/{int(webhook_id)}",
+                                                             {"host": host}))
+
+    def webhook_deliveries(self, *, failed: bool = False, limit: int = 200) -> list[Any]:
+        from ..store.records import WebhookDelivery
+
+        answer = self.client.get_json("/v1/webhooks/deliveries",
+                                      {"failed": "true" if failed else None, "limit": limit})
+        return decode_list(WebhookDelivery, _field(answer, "deliveries"))
+
+    def redeliver_webhook(self, delivery_id: int) -> Any:
+        from ..store.records import WebhookDelivery
+
+        return decode(WebhookDelivery, self.client.post_json(
+            f"/v1/webhooks/deliveries/{int(delivery_id)}/redeliver", {}))
+
+    def audit_heads(self, *, newest_only: bool = False) -> list[Any]:
+        from ..store.records import SignedAuditHead
+
+        if newest_only:
+            return [decode(SignedAuditHead, self.client.get_json("/v1/audit/head"))]
+        return decode_list(SignedAuditHead, _field(self.client.get_json("/v1/audit/heads"), "heads"))
 
 
 def _field(answer: Any, key: str) -> Any:

@@ -42,6 +42,7 @@ __all__ = [
     "move_to_device", "load_aoti", "bind_call", "to_device",
     "tree_flatten", "tree_unflatten", "treespec_loads",
     "PytreeStandIn", "pytree_registered", "stand_in_pytree_classes", "pytree_missing", "module_to_import",
+    "AOTI_OPTIONS", "aoti_compile",
 ]
 
 
@@ -573,3 +574,74 @@ def pytree_missing(exc: BaseException) -> str | None:
 def module_to_import(serialized_name: str) -> str:
     """The module a serialized pytree type name comes from (``a.b.C`` -> ``a.b``)."""
     return serialized_name.rsplit(".", 1)[0] if "." in serialized_name else serialized_name
+
+
+# -- AOTInductor compile (``pt2reg compile``) ---------------------------------------------------
+
+#: Inductor options ``pt2reg compile`` uses: the weights go beside the library, raw and back to
+#: back in ``*_weights.blob``, so the bundler chunks each at the portable program's weight and
+#: the variant's weights dedup against it in the store (``pickle_weights`` crashed loading).
+AOTI_OPTIONS: dict[str, Any] = {"aot_inductor.package_constants_in_so": False,
+                                "aot_inductor.package_constants_on_disk_format": "binary_blob"}
+
+
+def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathLike, device: str,
+                 label: str | None = None, program: str | None = None,
+                 options: dict[str, Any] | None = None) -> dict[str, str]:
+    """Compile one program of a verified `.pt2` with AOTInductor for ``device`` into the
+    single-model package ``out`` (model name "model", as Triton's PyTorch backend loads it).
+    Returns the package's ``AOTI_*`` target metadata."""
+    t = torch()
+    ep = load_exported_program(path, archive_name, label=label, program=program)
+    if device != "cpu":
+        ep = move_to_device(ep, device)
+    # normalized bundles drop the example inputs; inductor wants some, on the device
+    ep.example_inputs = _example_inputs(ep)
+    what = f"program {program or archive_name!r}" + (f" of {label}" if label else "")
+    try:
+        with quiet_torch():
+            t._inductor.aoti_compile_and_package(ep, package_path=os.fspath(out),
+                                                 inductor_configs=dict(options or AOTI_OPTIONS))
+    except Exception as exc:  # a compiler error: one line naming the program
+        from ..errors import IncompatibleError
+
+        raise IncompatibleError(f"AOTInductor could not compile {what} for {device}: "
+                                f"{type(exc).__name__}: {brief(exc, 300)}",
+                                hint="check the C++ compiler (gcc) and, for CUDA, nvcc and the driver") from exc
+    from torch._inductor.package import load_package  # private: the package's target metadata
+
+    with open(out, "rb") as f:
+        runner = load_package(f, "model", device_index=int(device.partition(":")[2] or 0) if device != "cpu" else -1)
+    return {k: str(v) for k, v in runner.get_metadata().items() if k.startswith("AOTI_")}
+
+
+def _example_inputs(ep: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Zero tensors of each user input's dtype and (hinted) shape, placed as the in_spec says."""
+    t = torch()
+    from torch.export.graph_signature import InputKind
+
+    names = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
+    leaves = []
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            val = node.meta.get("val")
+            if isinstance(val, t.Tensor):
+                shape = [_size_hint(ep, d) for d in val.shape]
+                leaves.append(t.zeros(shape, dtype=val.dtype, device=val.device))
+            else:
+                leaves.append(val)
+    args, kwargs = tree_unflatten(leaves, ep.call_spec.in_spec)
+    return tuple(args), dict(kwargs)
+
+
+def _size_hint(ep: Any, size: Any) -> int:
+    """A concrete size for one dim of an example input: its hint, else within its range."""
+    t = torch()
+    if not isinstance(size, t.SymInt):
+        return int(size)
+    if size.node.hint is not None:
+        return int(size.node.hint)
+    vr = ep.range_constraints.get(size.node.expr)
+    low = int(vr.lower) if vr is not None else 2
+    high = int(vr.upper) if vr is not None and vr.upper.is_finite else low + 2
+    return max(low, min(2, high))

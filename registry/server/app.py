@@ -22,7 +22,11 @@ from ..store import open_metadata_store
 from .errors import install_error_handlers
 from .limits import LimitsMiddleware, ServerLimits
 from .routes import router
+from .governance import router as governance_router
+from .audit_head import load_key as load_server_key, router as audit_head_router
+from .webhooks import Background, router as webhooks_router
 from .state import ServerState
+from .web import install as install_web
 
 __all__ = ["create_app", "create_app_from_env", "ENV_PUBLIC_URL"]
 
@@ -44,20 +48,28 @@ def create_app(settings: Settings, *, public_url: str | None = None,
     state = ServerState(meta=meta, blobs=blobs, limits=limits or ServerLimits(),
                         public_url=public_url.rstrip("/") if public_url else None)
 
+    server_key = load_server_key(settings.home)  # signs audit heads, seals webhook secrets
+    background = Background(meta.engine, server_key)  # webhook delivery + audit head signing
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        background.start()
         try:
             yield
         finally:
+            background.stop()
             state.close()
 
-    app = FastAPI(title="pt2-registry", version=VERSION, lifespan=lifespan, routes=list(router.routes),
+    app = FastAPI(title="pt2-registry", version=VERSION, lifespan=lifespan, routes=list(router.routes) + list(governance_router.routes)
+                  + list(webhooks_router.routes) + list(audit_head_router.routes),
                   openapi_url=None, docs_url=None, redoc_url=None,
                   description="The pt2-registry wire protocol: `Authorization: Bearer <token>`; "
                               "errors are `{\"error\": {type, exit_code, message, hint, scope}}`.")
     app.state.registry = state
+    app.state.server_key = server_key
     hide = tuple(t for t in (blobs.url, str(getattr(blobs, "root", "") or "")) if t)
     install_error_handlers(app, hide=hide)
+    install_web(app)  # the web pages at / (after the API's error handlers: it wraps them)
     app.add_middleware(LimitsMiddleware, limits=state.limits)
     return app
 

@@ -28,9 +28,13 @@ from ..refs import Ref, validate_digest, validate_name
 from .limits import parse_json_body
 
 __all__ = ["Permission", "Call", "PERMISSION_ATTR", "public", "authenticated", "on_model",
-           "on_scope", "on_blobs", "permission_of"]
+           "on_scope", "on_blobs", "permission_of", "SESSION_COOKIE", "on_page", "page_scope",
+           "page_authenticated"]
 
 PERMISSION_ATTR = "__registry_permission__"
+#: the web pages' session cookie: the token itself, HttpOnly + SameSite=Strict, so the server
+#: keeps no session state (any replica authenticates it) and a revoked token ends the session
+SESSION_COOKIE = "pt2reg_session"
 _MAX_HOST = 200
 
 
@@ -45,12 +49,14 @@ class Permission:
     or_scope: str | None = None                        # blobs: this action on some model suffices
     json_body: bool = True                             # False: the route streams a raw body
     optional: bool = False                             # source absent: the action on some model
+    session: bool = False                              # a web page: the token comes from the cookie
 
     def describe(self) -> str:
         if self.kind in ("public", "authenticated"):
             return self.kind
         extra = "".join(f" +{a} if {f}" for a, f in self.also)
-        return f"{self.kind}:{self.action or ''}:{self.source or '*'}{extra}"
+        page = " (page)" if self.session else ""
+        return f"{self.kind}:{self.action or ''}:{self.source or '*'}{extra}{page}"
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,26 @@ def on_blobs(source: str, *, or_scope: str | None = None) -> Any:
     return _dependency(Permission("blobs", "pull", source, (), or_scope))
 
 
+def on_page(action: str, source: str, *, also_query: tuple[str, ...] = ()) -> Any:
+    """A web page about the model at ``source`` (``query:name`` / ``query:ref``), authenticated
+    by the session cookie (never a Bearer header); ``also_query``: further query parameters
+    holding refs whose models need ``action`` too (compare's second side)."""
+    return _dependency(Permission("model", action, source, tuple((action, f"query:{q}") for q in also_query),
+                                  json_body=False, session=True))
+
+
+def page_scope(scope: str) -> Any:
+    """A web page needing a non-model scope (the audit page: ``audit:read``)."""
+    if scope not in (AUDIT_READ, ADMIN):
+        raise ValueError(f"unknown scope {scope!r}")
+    return _dependency(Permission("scope", scope, session=True))
+
+
+def page_authenticated() -> Any:
+    """A web page any valid session may see (the models list filters what it shows)."""
+    return _dependency(Permission("authenticated", session=True))
+
+
 # -- the dependency ----------------------------------------------------------------------------
 
 def _dependency(permission: Permission) -> Any:
@@ -151,6 +177,16 @@ def _bearer(request: Request) -> str:
     return secret
 
 
+def _session(request: Request) -> str:
+    secret = (request.cookies.get(SESSION_COOKIE) or "").strip()
+    if not secret:
+        raise NotAuthenticatedError("not logged in", hint="log in with a registry token at /login")
+    if not looks_like_token(secret):
+        raise NotAuthenticatedError("the session cookie does not hold a registry token",
+                                    hint="log in again at /login")
+    return secret
+
+
 def _from_query_or_path(request: Request, source: str) -> str | None:
     where, _, key = source.partition(":")
     if where == "query":
@@ -163,7 +199,7 @@ def _from_query_or_path(request: Request, source: str) -> str | None:
 def _model_name(raw: Any, source: str) -> str:
     if raw is None:
         raise UsageError(f"missing {source.replace(':', ' parameter ', 1)}")
-    if source.endswith(":ref"):
+    if source.endswith("ref"):  # ``query:ref``, ``query:to_ref``: the ref's model
         return Ref.parse(raw).name if isinstance(raw, str) else validate_name(raw)
     return validate_name(raw)
 
@@ -174,7 +210,7 @@ async def _authorize(request: Request, permission: Permission) -> Call:
     query_host = request.query_params.get("host")
     if permission.kind == "public":
         return Call(None, {}, client_addr, query_host)
-    secret = _bearer(request)
+    secret = _session(request) if permission.session else _bearer(request)
     keys = [k for k, _ in request.query_params.multi_items()]
     if len(keys) != len(set(keys)):  # the permission and the route must read the same value
         raise UsageError("a query parameter is repeated", hint="give each parameter once")
@@ -201,7 +237,11 @@ async def _authorize(request: Request, permission: Permission) -> Call:
     if permission.kind == "model":
         identity.require(permission.action or "", name)
         for action, fieldname in permission.also:
-            if body.get(fieldname):
+            if fieldname.startswith("query:"):  # a page naming a second model (compare)
+                raw = request.query_params.get(fieldname.partition(":")[2])
+                if raw:
+                    identity.require(action, _model_name(raw, fieldname))
+            elif body.get(fieldname):
                 identity.require(action, name)
     elif permission.kind == "scope":
         identity.require(permission.action or "")

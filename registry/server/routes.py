@@ -209,7 +209,7 @@ def publish(request: Request,
         lineage=lineage_edges, signatures=fields.items(body, "signatures"),
         environment=fields.opt_mapping(body, "environment"),
         ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
-        missing_blobs=missing, **call.writer())
+        missing_blobs=missing, identity=call.who, **call.writer())
     return {"version": encode(version), "created": created}
 
 
@@ -221,14 +221,14 @@ def set_alias(request: Request, call: Call = on_model("alias", "body:name")) -> 
     return encode(_state(request).meta.set_alias(
         validate_name(fields.text(body, "name")), validate_alias(fields.text(body, "alias")),
         fields.number(body, "number"), ref_for_audit=fields.opt_text(body, "ref_for_audit"),
-        **call.writer()))
+        identity=call.who, **call.writer()))
 
 
 @router.delete("/v1/alias", tags=["models"])
 def remove_alias(request: Request, name: str, alias: str, ref_for_audit: str | None = None,
                  host: str | None = None, call: Call = on_model("alias", "query:name")) -> Any:
     return encode(_state(request).meta.remove_alias(
-        name, validate_alias(alias), ref_for_audit=ref_for_audit, **call.writer()))
+        name, validate_alias(alias), ref_for_audit=ref_for_audit, identity=call.who, **call.writer()))
 
 
 @router.post("/v1/status", tags=["models"],

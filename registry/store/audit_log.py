@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from . import outbox
 from .engine import AUDIT_LOCK_KEY, advisory_lock
 from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
@@ -57,6 +58,9 @@ def append_event(session: Session, action: str, *, actor: str, host: str,
                         details_json=json_text(event["details"], "audit details"))
     session.add(row)
     session.flush()
+    # Webhook outbox rows in this same transaction: the change and its announcement commit
+    # (or roll back) together.
+    outbox.enqueue(session, row, event["details"])
     return row
 
 

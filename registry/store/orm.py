@@ -17,7 +17,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (BigInteger, CheckConstraint, ForeignKey, Index, Integer, MetaData,
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, MetaData,
                         String, Text, UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -31,7 +31,8 @@ __all__ = [
     "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "AliasRow", "SignatureRow",
     "LineageRow", "PendingPushRow", "AuditEventRow", "TokenRow", "STATUSES", "LINEAGE_KINDS", "now_text",
     "db_clock",
-    "json_text",
+    "json_text", "AliasPolicyRow", "AttestationRow", "WebhookRow", "WebhookDeliveryRow",
+    "WebhookAttemptRow", "AuditHeadRow",
 ]
 
 NAMING = {
@@ -269,3 +270,115 @@ class TokenRow(Base):
             expires_at=parse_ts(self.expires_at) if self.expires_at else None,
             revoked_at=parse_ts(self.revoked_at) if self.revoked_at else None,
             last_used_at=parse_ts(self.last_used_at) if self.last_used_at else None)
+
+
+class AliasPolicyRow(Base):
+    """The rules on one alias of one model (``registry.access.policy``). Keyed by the model's
+    *name*, not its row: a policy may be set before the model's first publish (which may then
+    not create the alias against it)."""
+
+    __tablename__ = "alias_policies"
+    __table_args__ = (UniqueConstraint("model", "alias"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(128))
+    alias: Mapped[str] = mapped_column(String(64))
+    role_scope: Mapped[str | None] = mapped_column(String(16))
+    signers_json: Mapped[str] = mapped_column(Text)  # [[key id, public key PEM], ...]
+    attestations_json: Mapped[str] = mapped_column(Text)  # [label, ...]
+    immutable: Mapped[bool] = mapped_column(Boolean)
+    updated_at: Mapped[str] = mapped_column(TS)
+    updated_by: Mapped[str] = mapped_column(String(256))
+
+
+class AttestationRow(Base):
+    """One conformance attestation of a version (``registry.store.records.AttestationRecord``);
+    ``public_key`` (PEM) is kept with a signed one so it can be checked again later."""
+
+    __tablename__ = "attestations"
+    __table_args__ = (Index(None, "version_id", "label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"))
+    label: Mapped[str] = mapped_column(String(64))
+    passed: Mapped[bool] = mapped_column(Boolean)
+    device: Mapped[str] = mapped_column(String(64))
+    target_json: Mapped[str] = mapped_column(Text)
+    results_json: Mapped[str] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    key_id: Mapped[str | None] = mapped_column(DIGEST)
+    signature: Mapped[str | None] = mapped_column(Text)
+    public_key: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[str] = mapped_column(TS)
+    created_by: Mapped[str] = mapped_column(String(256))
+
+
+class WebhookRow(Base):
+    """A webhook subscription (``registry.store.outbox``); ``secret_enc`` is the secret
+    encrypted under a key derived from the server's signing key (``key_id`` names that key)."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    events_json: Mapped[str] = mapped_column(Text)  # ["alias.moved", ...]
+    model_glob: Mapped[str | None] = mapped_column(String(128))
+    secret_enc: Mapped[str] = mapped_column(Text)
+    key_id: Mapped[str] = mapped_column(DIGEST)
+    created_at: Mapped[str] = mapped_column(TS)
+    created_by: Mapped[str] = mapped_column(String(256))
+
+
+class WebhookDeliveryRow(Base):
+    """One event for one webhook: the outbox row, written with the audit event it reports.
+    ``status``: pending | failing (an attempt failed; retried at ``next_attempt_at``) |
+    delivered | dead (attempts exhausted; ``webhook redeliver`` revives it)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("message_id"), Index(None, "status", "next_attempt_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(Integer)
+    message_id: Mapped[str] = mapped_column(String(64))
+    event_type: Mapped[str] = mapped_column(String(64))
+    audit_seq: Mapped[int] = mapped_column(Integer)
+    payload_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[str] = mapped_column(TS)
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_until: Mapped[str | None] = mapped_column(TS)
+    created_at: Mapped[str] = mapped_column(TS)
+    delivered_at: Mapped[str | None] = mapped_column(TS)
+
+
+class WebhookAttemptRow(Base):
+    """One delivery attempt: HTTP status (None: no response), error, a short response excerpt."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index(None, "delivery_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(Integer)
+    at: Mapped[str] = mapped_column(TS)
+    replica: Mapped[str] = mapped_column(String(128))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+    response_excerpt: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+
+
+class AuditHeadRow(Base):
+    """An audit chain head (``seq``, ``hash``) the server signed with its Ed25519 key at
+    ``signed_at`` (``registry.server.audit_head``)."""
+
+    __tablename__ = "audit_heads"
+    __table_args__ = (UniqueConstraint("seq", "key_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+    signed_at: Mapped[str] = mapped_column(TS)
+    key_id: Mapped[str] = mapped_column(DIGEST)
+    signature: Mapped[str] = mapped_column(Text)

@@ -13,7 +13,8 @@ from typing import Any
 
 __all__ = [
     "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
-    "LineageNode", "AuditEvent", "PendingPush", "TokenRecord",
+    "LineageNode", "AuditEvent", "PendingPush", "TokenRecord", "AttestationRecord",
+    "WebhookRecord", "WebhookAttempt", "WebhookDelivery", "SignedAuditHead",
 ]
 
 
@@ -188,3 +189,84 @@ class TokenRecord:
         if self.expires_at is not None and self.expires_at <= now:
             return "expired"
         return "active"
+
+
+@dataclass(frozen=True)
+class AttestationRecord:
+    """A conformance attestation of one version: ``verify`` and its golden samples run on a
+    target (``target``: the probed torch, device, compute capability, CUDA), per-output errors
+    in ``results``, the verdict ``passed``, who recorded it and when. ``key_id``/``signature``:
+    the Ed25519 signature over ``registry.access.policy.attestation_digest`` of its statement,
+    verified when recorded (None: unsigned)."""
+
+    id: int
+    name: str
+    number: int
+    digest: str
+    label: str
+    passed: bool
+    device: str
+    target: dict
+    results: list
+    created_at: datetime
+    created_by: str
+    error: str | None = None
+    key_id: str | None = None
+    signature: str | None = None
+
+
+@dataclass(frozen=True)
+class WebhookRecord:
+    """A webhook subscription as listed: never its secret. ``events``: the event types it
+    receives; ``model_glob``: only events about matching models (None: every model)."""
+
+    id: int
+    url: str
+    events: list[str]
+    model_glob: str | None
+    created_at: datetime
+    created_by: str
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """One delivery attempt: ``status_code`` None when no response came (``error`` says why);
+    ``response_excerpt``: at most the first few hundred characters of the response body."""
+
+    at: datetime
+    replica: str
+    ok: bool
+    duration_ms: int
+    status_code: int | None = None
+    error: str | None = None
+    response_excerpt: str | None = None
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One event for one webhook (the outbox row) and its attempts, oldest first.
+    ``status``: pending | failing | delivered | dead."""
+
+    id: int
+    webhook_id: int
+    message_id: str
+    event_type: str
+    audit_seq: int
+    status: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None = None
+    delivered_at: datetime | None = None
+    history: list[WebhookAttempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SignedAuditHead:
+    """The server's Ed25519 ``signature`` (base64) over the audit head ``(seq, hash)`` at
+    ``signed_at`` (``registry.server.audit_head.head_message``)."""
+
+    seq: int
+    hash: str
+    signed_at: datetime
+    key_id: str
+    signature: str

@@ -22,6 +22,7 @@ How concurrent writers stay correct:
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -31,19 +32,22 @@ from sqlalchemy.orm import Session, defer
 
 from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
-                      UsageError)
+                      SignatureError, UsageError)
 from ..format.manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..access.scopes import Identity, parse_scope
+from ..access.policy import (ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement,
+                             validate_label)
+from ..format.signing import key_id_of, public_key_from_pem
 from ..access.tokens import hash_secret, new_secret, validate_owner
-from . import audit_log, writes
+from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
 from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
 from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
                   TokenRow, VersionBlobRow, VersionRow, db_clock, json_text, now_text)
-from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                      PendingPush, SignatureRecord, TokenRecord, VersionRecord)
+from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
+                      ModelRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["SqlMetadataStore"]
 
@@ -152,6 +156,7 @@ class SqlMetadataStore:
                 claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
                 audit_details: Mapping[str, Any] | None = None,
+                identity: Identity | None = None,
                 ) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
@@ -225,7 +230,7 @@ class SqlMetadataStore:
                                   audit=not created, extra=extra)
             for alias in alias_names:
                 writes.point_alias(s, model, alias, row, actor=actor, host=host,
-                                   ref=ref_for_audit, extra=extra)
+                                   ref=ref_for_audit, extra=extra, identity=identity)
             return self._record(s, name, row), created
 
         return self._write(work)
@@ -374,8 +379,10 @@ class SqlMetadataStore:
 
     def set_alias(self, name: str, alias: str, number: int, *, actor: str, host: str,
                   ref_for_audit: str | None = None,
-                  audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
-        """Point ``alias`` at ``name@number`` (audited as alias.set or alias.move).
+                  audit_details: Mapping[str, Any] | None = None,
+                  identity: Identity | None = None) -> AliasRecord:
+        """Point ``alias`` at ``name@number`` (audited as alias.set or alias.move), if the
+        alias's policy allows it (PolicyError, exit 7; ``identity``: the server's token).
 
             >>> store.set_alias("bert", "prod", 2, actor="ana", host="laptop").number
             2
@@ -387,7 +394,7 @@ class SqlMetadataStore:
             model = self._model(s, name, lock=True)
             version = self._version(s, model, number)
             row = writes.point_alias(s, model, alias, version, actor=actor, host=host,
-                                     ref=ref_for_audit, extra=extra)
+                                     ref=ref_for_audit, extra=extra, identity=identity)
             return AliasRecord(name, alias, version.number, version.digest,
                                parse_ts(row.updated_at), row.updated_by)
 
@@ -395,8 +402,10 @@ class SqlMetadataStore:
 
     def remove_alias(self, name: str, alias: str, *, actor: str, host: str,
                      ref_for_audit: str | None = None,
-                     audit_details: Mapping[str, Any] | None = None) -> AliasRecord:
-        """Delete an alias; returns where it pointed. NotFoundError if it does not exist.
+                     audit_details: Mapping[str, Any] | None = None,
+                     identity: Identity | None = None) -> AliasRecord:
+        """Delete an alias; returns where it pointed. NotFoundError if it does not exist,
+        PolicyError (exit 7) if its policy forbids it (immutable, role scope).
 
             >>> store.remove_alias("bert", "staging", actor="ana", host="laptop").number
             3
@@ -413,6 +422,7 @@ class SqlMetadataStore:
             version = s.get_one(VersionRow, row.version_id)
             record = AliasRecord(name, alias, version.number, version.digest,
                                  parse_ts(row.updated_at), row.updated_by)
+            governance.enforce_remove(s, name, alias, version.number, identity)
             s.delete(row)
             audit_log.append_event(s, "alias.remove", actor=actor, host=host, model=name,
                                    number=version.number, digest=version.digest,
@@ -761,3 +771,246 @@ class SqlMetadataStore:
         """
         wanted = [validate_digest(d) for d in digests]
         return self._read(lambda s: token_rows.blob_models(s, wanted))
+
+    def latest_versions(self) -> dict[str, VersionRecord]:
+        """Each model's highest-numbered version (without its manifest), by model name: what
+        the web page's model list shows (metadata searched, last change), in one query.
+
+            >>> {n: v.number for n, v in store.latest_versions().items()}
+            {'bert': 3}
+        """
+        def work(s: Session) -> dict[str, VersionRecord]:
+            newest = (select(VersionRow.model_id, func.max(VersionRow.number).label("number"))
+                      .group_by(VersionRow.model_id).subquery())
+            rows = s.execute(select(ModelRow.name, VersionRow).options(defer(VersionRow.manifest_json))
+                             .join(VersionRow, VersionRow.model_id == ModelRow.id)
+                             .join(newest, (newest.c.model_id == VersionRow.model_id)
+                                   & (newest.c.number == VersionRow.number)))
+            return {name: row.to_record(name, [], with_manifest=False) for name, row in rows}
+
+        return self._read(work)
+
+    def signature_counts(self, name: str) -> dict[int, int]:
+        """``version number -> number of signatures`` for the signed versions of a model."""
+        def work(s: Session) -> dict[int, int]:
+            model = self._model(s, name)
+            return dict(s.execute(select(VersionRow.number, func.count(SignatureRow.id))
+                                  .join(SignatureRow, SignatureRow.version_id == VersionRow.id)
+                                  .where(VersionRow.model_id == model.id)
+                                  .group_by(VersionRow.number)).all())
+
+        return self._read(work)
+
+    # -- governance: alias policies and attestations ----------------------------------------
+
+    def set_policy(self, name: str, alias: str, *, role_scope: str | None = None,
+                   signers: Sequence[str] = (), attestations: Sequence[str] = (),
+                   immutable: bool = False, actor: str, host: str,
+                   audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        """Create or replace the policy on ``name@alias`` (``registry.access.policy``):
+        ``role_scope`` (an action or ``admin``), ``signers`` (Ed25519 public keys as PEM text:
+        one of them must have signed a version the alias points at), ``attestations`` (labels
+        a version must have passed), ``immutable``. Audited as ``policy.set``; an immutable
+        policy whose alias is set cannot be changed (PolicyError, exit 7).
+
+            >>> store.set_policy("team/m", "prod", signers=[pem], attestations=["cpu-ci"],
+            ...                  actor="ana", host="laptop").describe()
+            'signed by sha256:...; attested cpu-ci'
+        """
+        validate_name(name)
+        validate_alias(alias)
+        if role_scope is not None and role_scope not in ROLE_SCOPES:
+            raise UsageError(f"invalid role scope {role_scope!r}", hint=f"one of {', '.join(ROLE_SCOPES)}")
+        keys = [(key_id_of(public_key_from_pem(pem.encode("ascii", "replace"), f"policy key #{i + 1}")),
+                 pem.strip() + "\n") for i, pem in enumerate(signers)]
+        keys = list(dict((k, pem) for k, pem in keys).items())
+        labels = list(dict.fromkeys(validate_label(a) for a in attestations))
+        extra = _audit_details(audit_details)
+        return self._write(lambda s: governance.set_policy(
+            s, name, alias, role_scope=role_scope, signers=keys, attestations=labels,
+            immutable=immutable, actor=actor, host=host, extra=extra))
+
+    def remove_policy(self, name: str, alias: str, *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> AliasPolicy:
+        """Delete the policy on ``name@alias``; returns it (audited ``policy.remove``).
+        NotFoundError if there is none; PolicyError for an immutable one whose alias is set."""
+        validate_name(name)
+        validate_alias(alias)
+        extra = _audit_details(audit_details)
+        return self._write(lambda s: governance.remove_policy(s, name, alias, actor=actor, host=host,
+                                                              extra=extra))
+
+    def policies(self, name: str) -> list[AliasPolicy]:
+        """The alias policies of model ``name``, by alias (a model need not exist yet).
+
+            >>> [p.alias for p in store.policies("team/m")]
+            ['prod']
+        """
+        validate_name(name)
+        return self._read(lambda s: governance.policies(s, name))
+
+    def record_attestation(self, name: str, number: int, *, label: str, passed: bool, device: str,
+                           target: Mapping[str, Any], results: Sequence[Any], error: str | None = None,
+                           signature: Mapping[str, Any] | None = None, public_key: str | None = None,
+                           actor: str, host: str,
+                           audit_details: Mapping[str, Any] | None = None) -> AttestationRecord:
+        """Record a conformance attestation of ``name@number`` (audited ``attestation.record``).
+
+        A signed one carries ``signature`` (``sign_digest`` over
+        ``attestation_digest(attestation_statement(...))`` of these very fields and the
+        version's digest) and the signer's ``public_key`` (PEM); the signature is verified
+        here, SignatureError (exit 5) when it does not hold.
+        """
+        validate_label(label)
+        if not isinstance(device, str) or not device or len(device) > 64:
+            raise UsageError(f"invalid device {device!r}")
+        if (signature is None) != (public_key is None):
+            raise UsageError("a signed attestation needs both its signature and its public key")
+        target_json = json_text(dict(target), "attestation target")
+        results_json = json_text(list(results), "attestation results")
+        extra = _audit_details(audit_details)
+
+        def work(s: Session) -> AttestationRecord:
+            version = self._version(s, self._model(s, name), number)
+            key_id = sig_text = None
+            if signature is not None and public_key is not None:
+                statement = attestation_statement(
+                    digest=version.digest, label=label, passed=passed, device=device,
+                    target=json.loads(target_json), results=json.loads(results_json), error=error)
+                wanted = attestation_digest(statement)
+                if signature.get("digest") not in (None, wanted):
+                    raise SignatureError(f"the attestation's signature is for {str(signature.get('digest'))[:80]}, "
+                                         f"not for this statement ({wanted})",
+                                         hint="the attestation was changed after it was signed")
+                key_id = governance.check_attestation_signature(wanted, signature, public_key)
+                sig_text = str(signature.get("signature"))
+            return governance.record_attestation(
+                s, name, version, label=label, passed=passed, device=device,
+                target_json=target_json, results_json=results_json, error=error, key_id=key_id,
+                signature=sig_text, public_key=public_key if key_id else None, actor=actor,
+                host=host, extra=extra)
+
+        return self._write(work)
+
+    def attestations(self, name: str, number: int) -> list[AttestationRecord]:
+        """The attestations of ``name@number``, oldest first.
+
+            >>> [(a.label, a.passed) for a in store.attestations("team/m", 4)]
+            [('cpu-ci', True)]
+        """
+        return self._read(lambda s: governance.attestations(
+            s, name, self._version(s, self._model(s, name), number)))
+
+    def attestation_counts(self, name: str) -> dict[int, tuple[int, int]]:
+        """``version number -> (attestations passed, attestations in all)`` for the attested
+        versions of a model, in one query (the web page's versions table)."""
+        from .orm import AttestationRow
+
+        def work(s: Session) -> dict[int, tuple[int, int]]:
+            model = self._model(s, name)
+            rows = s.execute(select(VersionRow.number, AttestationRow.passed, func.count(AttestationRow.id))
+                             .join(AttestationRow, AttestationRow.version_id == VersionRow.id)
+                             .where(VersionRow.model_id == model.id)
+                             .group_by(VersionRow.number, AttestationRow.passed))
+            out: dict[int, tuple[int, int]] = {}
+            for number, passed, count in rows:
+                ok, total = out.get(number, (0, 0))
+                out[number] = (ok + (count if passed else 0), total + count)
+            return out
+
+        return self._read(work)
+
+    # -- webhooks and signed audit heads (registry.store.outbox) ------------------------------
+    def add_webhook(self, url: str, events: Sequence[str], model_glob: str | None, *,
+                    secret_enc: str, key_id: str, actor: str, host: str,
+                    audit_details: Mapping[str, Any] | None = None) -> Any:
+        """Subscribe ``url`` to ``events`` (audited ``webhook.add``; the secret is given
+        already encrypted under the server key ``key_id``, never in the log)."""
+        from . import outbox
+
+        def work(s: Session) -> Any:
+            record = outbox.add_webhook(s, url, events, model_glob, secret_enc, key_id, actor=actor)
+            audit_log.append_event(s, "webhook.add", actor=actor, host=host, details={
+                "webhook": record.id, "url": url, "events": record.events, "model_glob": model_glob},
+                extra=audit_details)
+            return record
+        return self._write(work)
+
+    def list_webhooks(self) -> list[Any]:
+        from . import outbox
+
+        return self._read(outbox.list_webhooks)
+
+    def remove_webhook(self, webhook_id: int, *, actor: str, host: str,
+                       audit_details: Mapping[str, Any] | None = None) -> Any:
+        from . import outbox
+
+        def work(s: Session) -> Any:
+            record = outbox.remove_webhook(s, webhook_id)
+            audit_log.append_event(s, "webhook.remove", actor=actor, host=host,
+                                   details={"webhook": webhook_id, "url": record.url}, extra=audit_details)
+            return record
+        return self._write(work)
+
+    def webhook_deliveries(self, *, failed: bool = False, limit: int = 200) -> list[Any]:
+        from . import outbox
+
+        return self._read(lambda s: outbox.deliveries(s, failed=failed, limit=limit))
+
+    def redeliver_webhook(self, delivery_id: int) -> Any:
+        from . import outbox
+
+        return self._write(lambda s: outbox.redeliver(s, delivery_id))
+
+    def audit_heads(self, *, newest_only: bool = False) -> list[Any]:
+        """The audit heads the server signed, oldest first (``newest_only``: just the newest)."""
+        from . import outbox
+
+        return self._read(lambda s: outbox.heads(s, newest_only=newest_only))
+
+    def find_events(self, *, model: str | None = None, actor: str | None = None,
+                    action: str | None = None, since: datetime | None = None,
+                    until: datetime | None = None, limit: int = 500) -> tuple[list[AuditEvent], int]:
+        """The newest ``limit`` audit events matching every given filter (``action``: that
+        action or its sub-actions, ``alias`` matches ``alias.set``), newest first, and how many
+        match in all: the web page's audit log, filtered in SQL.
+
+            >>> events, total = store.find_events(model="bert", action="alias", limit=10)
+        """
+        stmt = select(AuditEventRow)
+        if model is not None:
+            stmt = stmt.where(AuditEventRow.model == model)
+        if actor is not None:
+            stmt = stmt.where(AuditEventRow.actor == actor)
+        if action is not None:
+            stmt = stmt.where((AuditEventRow.action == action)
+                              | AuditEventRow.action.startswith(action + ".", autoescape=True))
+        if since is not None:
+            stmt = stmt.where(AuditEventRow.ts >= format_ts(since))
+        if until is not None:
+            stmt = stmt.where(AuditEventRow.ts <= format_ts(until))
+
+        def work(s: Session) -> tuple[list[AuditEvent], int]:
+            total = s.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+            rows = s.scalars(stmt.order_by(AuditEventRow.seq.desc()).limit(limit))
+            return [row.to_record() for row in rows], total
+
+        return self._read(work)
+
+    def versions_page(self, name: str, *, offset: int = 0, limit: int = 100
+                      ) -> tuple[list[VersionRecord], int]:
+        """``limit`` versions of a model newest first from ``offset`` (without manifests), and
+        how many it has: the web page's versions table, one page read, not all of them."""
+        def work(s: Session) -> tuple[list[VersionRecord], int]:
+            model = self._model(s, name)
+            total = s.scalar(select(func.count(VersionRow.id)).where(VersionRow.model_id == model.id)) or 0
+            rows = list(s.scalars(select(VersionRow).options(defer(VersionRow.manifest_json))
+                                  .where(VersionRow.model_id == model.id)
+                                  .order_by(VersionRow.number.desc()).offset(offset).limit(limit)))
+            aliases: dict[int, list[str]] = {}
+            for vid, alias in s.execute(select(AliasRow.version_id, AliasRow.alias)
+                                        .where(AliasRow.version_id.in_([r.id for r in rows]))):
+                aliases.setdefault(vid, []).append(alias)
+            return [r.to_record(name, aliases.get(r.id, []), with_manifest=False) for r in rows], total
+
+        return self._read(work)

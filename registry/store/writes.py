@@ -10,7 +10,9 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from . import governance
 from .audit_chain import version_fields_hash
+from ..access.scopes import Identity
 from ..errors import ConflictError, NotFoundError, UsageError
 from ..refs import validate_digest
 from .audit_log import append_event
@@ -165,8 +167,10 @@ def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[Sign
 
 def point_alias(session: Session, model: ModelRow, alias: str, version: VersionRow, *,
                 actor: str, host: str, ref: str | None,
-                extra: Mapping[str, Any] | None = None) -> AliasRow:
-    """Create or move an alias (audited alias.set / alias.move); a no-op if already there."""
+                extra: Mapping[str, Any] | None = None, identity: Identity | None = None) -> AliasRow:
+    """Create or move an alias (audited alias.set / alias.move); a no-op if already there.
+    The alias's policy (``registry.store.governance``) is enforced first: PolicyError (exit 7)
+    when it refuses; ``identity`` is the server's token (None: direct access, as admin)."""
     if version.status == "yanked":
         raise ConflictError(f"cannot point {alias!r} at {model.name}@{version.number}: it is "
                             f"yanked ({version.status_reason})")
@@ -174,6 +178,9 @@ def point_alias(session: Session, model: ModelRow, alias: str, version: VersionR
                                                  AliasRow.alias == alias)).one_or_none()
     if row is not None and row.version_id == version.id:
         return row
+    current = (session.scalar(select(VersionRow.number).where(VersionRow.id == row.version_id))
+               if row is not None else None)
+    governance.enforce_move(session, model.name, alias, version, current, identity)
     now = now_text(session)  # read before a half-filled row is pending (autoflush)
     details: dict[str, Any] = {"alias": alias}
     if row is None:
@@ -181,8 +188,7 @@ def point_alias(session: Session, model: ModelRow, alias: str, version: VersionR
         session.add(row)
         action = "alias.set"
     else:
-        details["from"] = session.scalar(select(VersionRow.number)
-                                         .where(VersionRow.id == row.version_id))
+        details["from"] = current
         row.version_id = version.id
         action = "alias.move"
     row.updated_at, row.updated_by = now, actor

@@ -11,14 +11,16 @@ import pytest
 
 from tests.fixtures_pt2 import ROOT
 
-SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale")  # mlflow: needs its own venv
+SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale", "server")  # mlflow: needs its own venv
+#: flags beyond --quick: MLflow's side of bench_server needs its own venv (built by bench_mlflow)
+EXTRA = {"server": ["--skip-mlflow"]}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # ~30 s alone for the slowest; far more on a machine shared with other work
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_script_runs_in_quick_mode(name):
-    r = subprocess.run([sys.executable, f"benchmarks/bench_{name}.py", "--quick"],
+    r = subprocess.run([sys.executable, f"benchmarks/bench_{name}.py", "--quick", *EXTRA.get(name, [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads((ROOT / "benchmarks" / "out" / f"{name}-quick.json").read_text())

@@ -97,7 +97,7 @@ def test_scopes_parse_to_a_canonical_form():
     assert parse_scope("audit:read").kind == "audit:read"
     assert parse_scope(" admin ").kind == "admin"
     all_actions = parse_scope("model:**:" + ",".join(reversed(ACTIONS)))
-    assert all_actions.text == "model:**:pull,push,alias,yank,delete"
+    assert all_actions.text == "model:**:pull,push,alias,yank,delete,attest"
 
 
 @pytest.mark.parametrize("text", [

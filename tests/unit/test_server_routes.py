@@ -87,7 +87,10 @@ def test_a_route_on_an_included_router_is_walked(app: Any) -> None:
 def test_public_routes_are_only_health_and_the_openapi_document(app: Any) -> None:
     public = sorted(route.path for route in _walk(list(app.routes))
                     if [p.kind for p in _permissions(route)] == ["public"])
-    assert public == ["/healthz", "/readyz", "/v1/openapi.json"]
+    # the web UI's login form (GET shows it, POST checks the token) and logout
+    # /v1/keys: the public key that signs the audit head (registry/server/audit_head.py)
+    assert public == ["/healthz", "/login", "/login", "/logout", "/readyz", "/v1/keys",
+                      "/v1/openapi.json"]
 
 
 def test_the_protocol_table_is_mounted(app: Any) -> None:
@@ -105,5 +108,28 @@ def test_the_protocol_table_is_mounted(app: Any) -> None:
         ("HEAD", "/v1/blobs/{digest}"), ("POST", "/v1/tokens"), ("GET", "/v1/tokens"),
         ("DELETE", "/v1/tokens/{token_id}"), ("GET", "/v1/openapi.json"), ("GET", "/healthz"),
         ("GET", "/readyz"), ("GET", "/v1/stats"),
+        # alias policies and attestations (registry/server/governance.py)
+        ("PUT", "/v1/policies"), ("DELETE", "/v1/policies"), ("GET", "/v1/policies"),
+        ("POST", "/v1/attestations"), ("GET", "/v1/attestations"),
+        # webhooks and the signed audit head (registry/server/webhooks.py, audit_head.py)
+        ("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("DELETE", "/v1/webhooks/{webhook_id}"),
+        ("GET", "/v1/webhooks/deliveries"), ("POST", "/v1/webhooks/deliveries/{delivery_id}/redeliver"),
+        ("GET", "/v1/keys"), ("GET", "/v1/audit/head"), ("GET", "/v1/audit/heads"),
+        # the web pages (registry/server/web)
+        ("GET", "/login"), ("POST", "/login"), ("POST", "/logout"), ("GET", "/"), ("GET", "/model"),
+        ("GET", "/version"), ("GET", "/compare"), ("GET", "/audit"),
     }
     assert table == mounted
+
+
+def test_only_the_web_pages_take_the_session_cookie(app: Any) -> None:
+    """A page authenticates by the session cookie, never a Bearer header; the API the other
+    way round (a cookie must not authorize an API call: no CSRF surface there)."""
+    from registry.server.web import PAGE_PATHS
+
+    for route in _walk(list(app.routes)):
+        [permission] = _permissions(route)
+        if route.path in PAGE_PATHS:
+            assert permission.session and permission.kind != "public", route.path
+        else:
+            assert not permission.session, route.path

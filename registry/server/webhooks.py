@@ -1,0 +1,206 @@
+"""Webhook delivery (any replica, each delivery sent by exactly one) and the webhook routes.
+
+Outbox rows are written with the audit event they report (``registry.store.outbox``). Every
+server process runs one :class:`Background` thread that, every ``PT2REG_WEBHOOK_POLL``
+seconds (default 1):
+
+- signs the newest audit head when the chain grew (``registry.server.audit_head``);
+- claims due deliveries (a conditional UPDATE only one replica can win, held for a lease),
+  POSTs each with the Standard Webhooks headers ``webhook-id``, ``webhook-timestamp`` and
+  ``webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`` keyed with the
+  secret's bytes, and logs the attempt (status code or error, a short excerpt of the response,
+  duration). A failure is retried after ``PT2REG_WEBHOOK_RETRY_BASE`` x 2^(attempt-1) seconds
+  (default 10, capped at ``PT2REG_WEBHOOK_RETRY_MAX``, default 3600), up to 12 attempts.
+
+Requests time out after ``PT2REG_WEBHOOK_TIMEOUT`` seconds (default 10), never follow
+redirects, and keep at most 256 characters of the response body.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ..access import server_key
+from ..access.scopes import ADMIN
+from ..errors import UsageError
+from ..remote.wire import encode
+from ..store import outbox
+from ..store.engine import run_transaction
+from . import fields
+from .audit_head import ServerKey, sign_newest
+from .auth import Call, on_scope
+
+__all__ = ["Background", "signature_header", "router", "ENV_POLL", "ENV_RETRY_BASE",
+           "ENV_RETRY_MAX", "ENV_TIMEOUT"]
+
+log = logging.getLogger("registry.server.webhooks")
+router = APIRouter()
+
+ENV_POLL = "PT2REG_WEBHOOK_POLL"
+ENV_RETRY_BASE = "PT2REG_WEBHOOK_RETRY_BASE"
+ENV_RETRY_MAX = "PT2REG_WEBHOOK_RETRY_MAX"
+ENV_TIMEOUT = "PT2REG_WEBHOOK_TIMEOUT"
+ENV_SIGN_INTERVAL = "PT2REG_AUDIT_SIGN_INTERVAL"
+_LEASE_SECONDS = 60.0
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return max(0.01, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def signature_header(secret: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """The Standard Webhooks ``webhook-signature`` value for one message.
+
+    >>> signature_header(b"k" * 24, "msg_1", 1700000000, b"{}")[:3]
+    'v1,'
+    """
+    signed = f"{message_id}.{timestamp}.".encode("utf-8") + body
+    return "v1," + base64.b64encode(hmac.new(secret, signed, hashlib.sha256).digest()).decode("ascii")
+
+
+class Background:
+    """One per server process: signs audit heads and delivers webhooks until stopped."""
+
+    def __init__(self, engine: Any, key: ServerKey) -> None:
+        self.engine, self.key = engine, key
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.poll = _env_float(ENV_POLL, 1.0)
+        self.sign_interval = _env_float(ENV_SIGN_INTERVAL, 1.0)
+        self.retry_base = _env_float(ENV_RETRY_BASE, 10.0)
+        self.retry_max = _env_float(ENV_RETRY_MAX, 3600.0)
+        self.timeout = _env_float(ENV_TIMEOUT, 10.0)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_sign = 0.0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pt2reg-background", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout + 5)
+
+    def _run(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=self.timeout, follow_redirects=False, trust_env=False) as client:
+            while not self._stop.is_set():
+                try:
+                    self.tick(client)
+                except Exception:  # noqa: BLE001 - a database hiccup must not end the loop
+                    log.exception("background tick failed")
+                self._stop.wait(self.poll)
+
+    def tick(self, client: Any) -> None:
+        now = time.monotonic()
+        if now >= self._next_sign:
+            self._next_sign = now + self.sign_interval
+            sign_newest(self.engine, self.key)
+        claimed = run_transaction(self.engine, lambda s: outbox.claim(
+            s, self.replica, lease_seconds=_LEASE_SECONDS), write=True)
+        for item in claimed:
+            if self._stop.is_set():
+                return
+            self._deliver(client, *item)
+
+    def _backoff(self, attempts: int) -> float:
+        delay = min(self.retry_max, self.retry_base * 2 ** attempts)
+        return delay * (0.9 + 0.2 * random.random())
+
+    def _deliver(self, client: Any, delivery_id: int, message_id: str, payload: str, url: str,
+                 packed: str, attempts: int) -> None:
+        key_id, enc = outbox.secret_of(packed)
+        status_code = excerpt = error = None
+        ok = False
+        started = time.monotonic()
+        try:
+            if key_id != self.key.key_id:
+                raise ValueError(f"the secret was encrypted under key {key_id[:19]}..., this "
+                                 f"server's key is {self.key.key_id[:19]}...")
+            secret = server_key.decrypt_secret(self.key.secrets_key, enc, url)
+            body = payload.encode("utf-8")
+            ts = int(time.time())
+            headers = {"content-type": "application/json", "user-agent": "pt2-registry-webhooks",
+                       "webhook-id": message_id, "webhook-timestamp": str(ts),
+                       "webhook-signature": signature_header(secret, message_id, ts, body)}
+            with client.stream("POST", url, content=body, headers=headers) as response:
+                status_code = response.status_code
+                chunk = b""
+                for part in response.iter_bytes():
+                    chunk += part
+                    if len(chunk) >= outbox.EXCERPT_CHARS:
+                        break
+                excerpt = chunk[:outbox.EXCERPT_CHARS].decode("utf-8", errors="replace")
+            ok = 200 <= status_code < 300
+            if not ok:
+                error = f"HTTP {status_code}"
+        except Exception as exc:  # noqa: BLE001 - every failure is logged as the attempt's result
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        duration = int((time.monotonic() - started) * 1000)
+        status = run_transaction(self.engine, lambda s: outbox.record_attempt(
+            s, delivery_id, self.replica, ok=ok, status_code=status_code, error=error,
+            excerpt=excerpt, duration_ms=duration, backoff_seconds=self._backoff(attempts)),
+            write=True)
+        log.info("webhook delivery %s (%s) attempt %d: %s", delivery_id, message_id, attempts + 1,
+                 "delivered" if ok else f"{error} -> {status}")
+
+
+# -- routes (admin) -----------------------------------------------------------------------------
+
+def _meta(request: Request) -> Any:
+    return request.app.state.registry.meta
+
+
+@router.post("/v1/webhooks", tags=["webhooks"])
+def add_webhook(request: Request, call: Call = on_scope(ADMIN)) -> Any:
+    """Subscribe a URL (body: url, events, model_glob, secret ``whsec_...``, host)."""
+    body = call.body
+    events = fields.items(body, "events", limit=50)
+    if not all(isinstance(e, str) for e in events):
+        raise UsageError("'events' must be a list of event names")
+    url = fields.text(body, "url", max_len=2048)
+    secret = server_key.parse_webhook_secret(fields.text(body, "secret", max_len=200))
+    key: ServerKey = request.app.state.server_key
+    return encode(_meta(request).add_webhook(
+        url, events, fields.opt_text(body, "model_glob", max_len=128),
+        secret_enc=server_key.encrypt_secret(key.secrets_key, secret, url), key_id=key.key_id,
+        **call.writer()))
+
+
+@router.get("/v1/webhooks", tags=["webhooks"])
+def list_webhooks(request: Request, call: Call = on_scope(ADMIN)) -> Any:
+    return {"webhooks": encode(_meta(request).list_webhooks())}
+
+
+@router.delete("/v1/webhooks/{webhook_id}", tags=["webhooks"])
+def remove_webhook(request: Request, webhook_id: int, host: str | None = None,
+                   call: Call = on_scope(ADMIN)) -> Any:
+    return encode(_meta(request).remove_webhook(webhook_id, **call.writer()))
+
+
+@router.get("/v1/webhooks/deliveries", tags=["webhooks"])
+def deliveries(request: Request, failed: bool = False, limit: int = 200,
+               call: Call = on_scope(ADMIN)) -> Any:
+    return {"deliveries": encode(_meta(request).webhook_deliveries(
+        failed=failed, limit=max(1, min(limit, 1000))))}
+
+
+@router.post("/v1/webhooks/deliveries/{delivery_id}/redeliver", tags=["webhooks"])
+def redeliver(request: Request, delivery_id: int, call: Call = on_scope(ADMIN)) -> Any:
+    return encode(_meta(request).redeliver_webhook(delivery_id))

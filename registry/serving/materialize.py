@@ -1,0 +1,112 @@
+"""``pt2reg materialize URI DEST``: the entrypoint of a KServe ``ClusterStorageContainer``
+(KServe runs ``<entrypoint> <src-uri> <dest-path>`` in the storage initializer).
+
+``URI`` is ``pt2reg://HOST[:PORT]/NAME@REF`` (plain HTTP, e.g. a registry Service inside the
+cluster), ``pt2regs://HOST[:PORT]/NAME@REF`` (HTTPS), or a plain ``NAME@REF`` for the
+configured registry. The token comes from ``PT2REG_TOKEN``. Every check runs before DEST is
+touched: digests (each blob is hashed as it arrives), signatures (``--require-signature``, the
+trust policy), the target (``verify``), the native-code trust rule for the Triton layout. The
+result is built in a directory beside DEST and moved into it only when complete, so a refused
+or failed run leaves DEST as it was.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+from urllib.parse import urlsplit
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..client.api import Registry
+    from ..runtime.target import Target
+
+__all__ = ["LAYOUTS", "parse_uri", "materialize_uri", "MaterializeResult"]
+
+LAYOUTS = ("triton", "bundle", "files")
+_SCHEMES = {"pt2reg": "http", "pt2regs": "https"}
+
+
+def parse_uri(uri: str) -> tuple[str | None, str]:
+    """(server base URL or None for the configured registry, ref)."""
+    if "://" not in uri:
+        return None, uri
+    parts = urlsplit(uri)
+    if parts.scheme not in _SCHEMES or not parts.hostname or parts.query or parts.fragment \
+            or parts.username or parts.password:
+        raise UsageError(f"invalid model URI {uri!r}",
+                         hint="use pt2reg://HOST[:PORT]/NAME@REF (pt2regs:// for HTTPS) or NAME@REF")
+    ref = parts.path.lstrip("/")
+    if not ref:
+        raise UsageError(f"model URI {uri!r} names no model", hint="pt2reg://HOST[:PORT]/NAME@REF")
+    return f"{_SCHEMES[parts.scheme]}://{parts.netloc}", ref
+
+
+@dataclass(frozen=True)
+class MaterializeResult:
+    dest: Path
+    layout: str
+    ref: str
+    digest: str
+    files: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dest": str(self.dest), "layout": self.layout, "ref": self.ref, "digest": self.digest,
+                "files": list(self.files)}
+
+
+def _move_into(staged: Path, dest: Path) -> list[str]:
+    dest.mkdir(parents=True, exist_ok=True)
+    clash = [p.name for p in staged.iterdir() if (dest / p.name).exists()]
+    if clash:
+        from ..errors import ConflictError
+
+        raise ConflictError(f"{dest / clash[0]} already exists", hint="materialize into an empty directory")
+    names = sorted(p.name for p in staged.iterdir())
+    for name in names:
+        os.replace(staged / name, dest / name)
+    return names
+
+
+def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, layout: str = "triton",
+                    require_signature: Sequence[str] = (), trust_native: bool = False,
+                    target: Target | None = None, model_name: str | None = None,
+                    max_batch_size: int = 0) -> MaterializeResult:
+    """Fetch ``ref`` from ``registry`` (verified), check it, and write ``layout`` into ``dest``."""
+    from ..runtime.loader import verify_bundle
+    from ..sources import open_source
+    from .triton import export_triton
+
+    if layout not in LAYOUTS:
+        raise UsageError(f"--layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is not a directory")
+    src = open_source(ref, registry=registry, require_signature=require_signature)  # digests + signatures
+    parent = dest.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pt2reg-", dir=parent))
+    try:
+        if layout == "triton":
+            export_triton(src, staged, model_name=model_name, max_batch_size=max_batch_size,
+                          trust_native=trust_native, target=target)
+        else:
+            verify_bundle(src, target=target, trust_native=trust_native).raise_for_status()
+            if layout == "bundle":
+                name = (src.name or "model").rsplit("/", 1)[-1]
+                registry.pull(ref, staged / f"{name}.pt2b", require_signature=require_signature)
+            else:
+                for m in src.manifest.members:
+                    out = staged / m.path
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src.member_file(m.path), out)
+                (staged / "manifest.json").write_bytes(src.manifest.canonical)
+        names = _move_into(staged, dest)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    shown = f"{src.name}@{src.version}" if src.name else ref
+    return MaterializeResult(dest, layout, shown, src.digest, tuple(names))
