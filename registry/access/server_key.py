@@ -50,7 +50,23 @@ def load_or_create(path: Path, may_create: bool) -> Any:
         base = path.with_suffix("") if path.suffix == ".key" else path
         generate_keypair(base)
         path = Path(f"{base}.key")
+    _private_mode(path)
     return _load_private(path)
+
+
+def _private_mode(path: Path) -> None:
+    """UsageError when the key file is open to group or others (as ssh refuses such a key):
+    whoever reads it can sign audit heads and decrypt every webhook secret."""
+    if os.name != "posix":  # pragma: no cover - modes mean nothing there
+        return
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # _load_private reports the unreadable file
+    if mode & 0o077:
+        raise UsageError(f"signing key {path} is accessible by group or others (mode "
+                         f"{mode & 0o777:04o}); refusing to use it",
+                         hint=f"chmod 600 {path}")
 
 
 def public_pem(key: Any) -> str:
@@ -112,12 +128,16 @@ def check_heads(heads: Iterable[Any], found: dict[int, str], pub_pem: bytes, *,
     last_good = 0
     for h in ordered:
         got = found.get(h.seq)
-        if got != h.hash:
-            what = "is gone" if got is None else "no longer has the hash"
+        if got is None:
             return last_good + 1, (
-                f"event {h.seq} {what} the server signed at {ts_text(h.signed_at)}: the chain was "
-                f"recomputed from event {last_good + 1} on (event {last_good} is the newest that "
-                f"still matches a signed head)")
+                f"event {h.seq} is gone, though the server signed it at {ts_text(h.signed_at)}: "
+                f"the log was truncated or rewritten from event {last_good + 1} on (event "
+                f"{last_good} is the newest that still matches a signed head)")
+        if got != h.hash:
+            return last_good + 1, (
+                f"event {h.seq} no longer has the hash the server signed at {ts_text(h.signed_at)}: "
+                f"the chain was recomputed from event {last_good + 1} on (event {last_good} is the "
+                f"newest that still matches a signed head)")
         last_good = h.seq
     return None
 

@@ -13,7 +13,9 @@ checks the stored chain against them (``registry.access.server_key.check_heads``
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from ..store.engine import run_transaction
 from ..store.orm import AuditEventRow, now_text
 from .auth import Call, on_scope, public
 
-__all__ = ["ServerKey", "load_key", "sign_newest", "router"]
+__all__ = ["ServerKey", "load_key", "sign_newest", "served_head", "router"]
 
 log = logging.getLogger("registry.server.audit_head")
 router = APIRouter()
@@ -48,6 +50,15 @@ class ServerKey:
     secrets_key: bytes = b""
     last_signed: tuple[int, str] | None = field(default=None)
     refused: str | None = field(default=None)
+    #: the newest head this server signed, as signed, and the file under the server's home
+    #: that keeps it across restarts: the database's writers cannot delete it, so a rewrite
+    #: whose signed heads were deleted too is still refused (and still shown to verifiers)
+    last_head: dict[str, Any] | None = field(default=None)
+    head_file: Path | None = field(default=None)
+    #: which database the remembered head belongs to (set by the first :func:`sign_newest`;
+    #: until then the remembered head is neither trusted nor served)
+    db_id: str | None = field(default=None)
+    recalled_db: str | None = field(default=None)
 
     def __post_init__(self) -> None:
         self.key_id = server_key.server_key_id(self.private)
@@ -55,10 +66,74 @@ class ServerKey:
         self.secrets_key = server_key.secrets_key(self.private)
 
 
+HEAD_FILE = "audit-head.json"
+
+
 def load_key(home: Path, explicit: str | None = None) -> ServerKey:
     path, may_create = server_key.key_path(home, explicit)
-    key = server_key.load_or_create(path, may_create)
-    return ServerKey(private=key, path=path)
+    key = ServerKey(private=server_key.load_or_create(path, may_create), path=path,
+                    head_file=Path(home) / HEAD_FILE)
+    _recall(key)
+    return key
+
+
+def _recall(key: ServerKey) -> None:
+    """Load the newest head this key signed from ``key.head_file`` (ignored unless its
+    signature verifies under this very key)."""
+    from ..store.records import SignedAuditHead
+    from ..store.audit_chain import parse_ts
+
+    if key.head_file is None:
+        return
+    try:
+        kept = json.loads(key.head_file.read_text("utf-8"))
+        head, db = kept["head"], str(kept["db"])
+        record = SignedAuditHead(seq=int(head["seq"]), hash=str(head["hash"]),
+                                 signed_at=parse_ts(head["signed_at"]), key_id=str(head["key_id"]),
+                                 signature=str(head["signature"]))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring %s: %s", key.head_file, exc)
+        return
+    if server_key.check_heads([record], {record.seq: record.hash}, key.public_pem.encode("ascii"),
+                              ts_text=lambda _: head["signed_at"]) is not None:
+        log.warning("ignoring %s: not a head signed by this server's key", key.head_file)
+        return
+    key.last_head, key.last_signed, key.recalled_db = head, (record.seq, record.hash), db
+
+
+def _bind(key: ServerKey, engine: Any) -> None:
+    """Tie the remembered head to this database: one kept for another database (a home
+    reused with a new database URL) is dropped."""
+    if key.db_id is not None:
+        return
+    import hashlib
+
+    url = engine.url.render_as_string(hide_password=True)
+    key.db_id = hashlib.sha256(url.encode("utf-8")).hexdigest()[:32]
+    if key.last_head is not None and key.recalled_db not in (None, key.db_id):
+        log.warning("ignoring the audit head kept in %s: it was signed for another database",
+                    key.head_file)
+        key.last_head = key.last_signed = None
+
+
+def served_head(key: ServerKey) -> dict[str, Any] | None:
+    """The remembered head, once tied to this server's database."""
+    return key.last_head if key.db_id is not None else None
+
+
+def _remember(key: ServerKey, signed: dict[str, Any]) -> None:
+    key.last_head, key.last_signed = signed, (signed["seq"], signed["hash"])
+    if key.head_file is None:
+        return
+    try:
+        key.head_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = key.head_file.with_name(f"{key.head_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"db": key.db_id, "head": signed}, sort_keys=True), "utf-8")
+        os.replace(tmp, key.head_file)
+    except OSError as exc:  # memory still holds it for this process
+        log.warning("cannot keep the signed audit head in %s: %s", key.head_file, exc)
 
 
 def _extends(s: Any, since: tuple[int, str] | None) -> str | None:
@@ -84,6 +159,8 @@ def sign_newest(engine: Any, key: ServerKey) -> dict[str, Any] | None:
     """Sign and store the newest audit head when it changed since this key last signed it,
     and only when the chain since the newest head this key signed (stored, or remembered by
     this process should the stored ones be deleted) is intact; the signed head, or None."""
+    _bind(key, engine)
+
     def work(s: Any) -> dict[str, Any] | None:
         newest = outbox.newest_event(s)
         if newest is None or newest == key.last_signed:
@@ -101,7 +178,7 @@ def sign_newest(engine: Any, key: ServerKey) -> dict[str, Any] | None:
         return signed if outbox.add_head(s, signed) else None
     signed = run_transaction(engine, work, write=True)
     if signed is not None:
-        key.last_signed = (signed["seq"], signed["hash"])
+        _remember(key, signed)
         log.debug("signed audit head %s", signed["seq"])
     return signed
 
@@ -122,6 +199,9 @@ def keys(request: Request, call: Call = public()) -> dict[str, Any]:
 def audit_head(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
     """The newest signed audit head."""
     found = request.app.state.registry.meta.audit_heads(newest_only=True)
+    remembered = served_head(_key(request))
+    if remembered is not None and (not found or found[0].seq < remembered["seq"]):
+        return dict(remembered)  # newer than any stored: the stored ones were deleted
     if not found:
         raise NotFoundError("no signed audit head yet", hint="the server signs within seconds of a change")
     head = found[0]
@@ -131,5 +211,11 @@ def audit_head(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
 @router.get("/v1/audit/heads", tags=["audit"])
 def audit_heads(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
     """Every signed audit head, oldest first (``audit --verify --server-key`` checks them all)."""
-    return {"heads": [{**encode(h), "signed_at": format_ts(h.signed_at)}
-                      for h in request.app.state.registry.meta.audit_heads()]}
+    heads = [{**encode(h), "signed_at": format_ts(h.signed_at)}
+             for h in request.app.state.registry.meta.audit_heads()]
+    remembered = served_head(_key(request))
+    if remembered is not None and not any(
+            h["seq"] == remembered["seq"] and h["signature"] == remembered["signature"] for h in heads):
+        # this server signed it, the database lost it: a verifier checks the chain against it
+        heads = sorted([*heads, dict(remembered)], key=lambda h: h["seq"])
+    return {"heads": heads}

@@ -129,6 +129,10 @@ def install_error_handlers(app: FastAPI, *, hide: tuple[str, ...] = ()) -> None:
                             status_code=400)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, OverflowError):  # a number too large for the database (query/path int)
+            return JSONResponse(error_body(UsageError("a number in the request is out of range",
+                                                      hint="use a 64-bit signed integer")),
+                                status_code=400)
         return _generic(exc, request)
 
     app.add_exception_handler(RegistryError, registry_error)

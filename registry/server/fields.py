@@ -17,6 +17,7 @@ __all__ = ["text", "opt_text", "number", "opt_number", "items", "mapping", "opt_
            "flag", "when"]
 
 _MISSING = object()
+_INT64 = 1 << 63
 
 
 def _get(body: Mapping[str, Any], key: str, required: bool) -> Any:
@@ -45,6 +46,9 @@ def number(body: Mapping[str, Any], key: str) -> int:
     value = _get(body, key, True)
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"field {key!r} must be an integer, not {type(value).__name__}")
+    if not -_INT64 <= value < _INT64:  # what the database can hold
+        raise UsageError(f"field {key!r} is out of range ({str(value)[:20]}...)",
+                         hint="a 64-bit signed integer")
     return value
 
 

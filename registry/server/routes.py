@@ -14,7 +14,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..access.scopes import ADMIN, AUDIT_READ
-from ..errors import AccessDeniedError, UsageError
+from ..digests import digest_of_bytes
+from ..errors import AccessDeniedError, IntegrityError, UsageError
+from ..format.manifest import stored_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
 from ..store.migrate import HEAD_REVISION, ensure_schema
@@ -196,14 +198,16 @@ def publish(request: Request,
         parent = edge.get("value") if isinstance(edge, dict) and edge.get("kind") == "parent" else None
         if isinstance(parent, str):
             call.who.require("pull", Ref.parse(parent).name)
+    manifest_json = fields.text(body, "manifest_json", max_len=state.limits.publish_body)
+    blobs = _manifest_blobs(name, digest, manifest_json, blobs)
+    _require_readable_blobs(state, call, name, [d for d, _ in blobs])
     sizes = dict(blobs)
 
     def missing(digests: list[str]) -> list[str]:
         return blobio.missing_blobs(state, [(d, sizes.get(d)) for d in digests])
 
     version, created = state.meta.publish(
-        name, digest, fields.text(body, "manifest_json", max_len=state.limits.publish_body),
-        fields.number(body, "size"), blobs,
+        name, digest, manifest_json, fields.number(body, "size"), blobs,
         aliases=[validate_alias(a) for a in fields.items(body, "aliases")],
         metadata=fields.mapping(body, "metadata"), build=fields.opt_mapping(body, "build"),
         lineage=lineage_edges, signatures=fields.items(body, "signatures"),
@@ -211,6 +215,46 @@ def publish(request: Request,
         ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
         missing_blobs=missing, identity=call.who, **call.writer())
     return {"version": encode(version), "created": created}
+
+
+def _manifest_blobs(name: str, digest: str, manifest_json: str,
+                    claimed: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The blobs a version needs, derived from its manifest (the client's list is not trusted:
+    a publish naming fewer blobs would record a version whose data was never uploaded). The
+    manifest text must hash to ``digest``; a claimed blob must be one of them, at its size."""
+    if digest_of_bytes(manifest_json.encode("utf-8")) != digest:
+        raise IntegrityError(f"cannot publish {name}: its manifest does not hash to {digest}",
+                             hint="send the manifest's canonical JSON text unchanged")
+    try:
+        needed = dict(stored_blobs(manifest_json))
+    except IntegrityError:
+        raise IntegrityError(f"cannot publish {name}: its manifest is not a JSON object listing "
+                             f"members with sha256 and size",
+                             hint="send the manifest.json of a bundle") from None
+    for d, size in claimed:
+        if needed.get(d) != size:
+            raise UsageError(f"cannot publish {name}: blob {d} (size {size}) is not one its "
+                             f"manifest names at that size",
+                             hint="list the manifest's blobs as [digest, size]")
+    return sorted(needed.items())
+
+
+def _require_readable_blobs(state: ServerState, call: Call, name: str, digests: list[str]) -> None:
+    """A blob other models' versions already use may be named by a publish only with a token
+    that may pull or push one of those models: else a manifest that merely names a digest
+    would make another model's bytes downloadable with this model's pull scope."""
+    who = call.who
+    if who.allows(ADMIN):
+        return
+    owners = state.meta.pullable_blob_models(digests)
+    for d in digests:
+        models = owners.get(d)
+        if models and not any(who.allows("pull", m) or who.allows("push", m) for m in models):
+            raise AccessDeniedError(
+                f"cannot publish {name}: blob {d} is already stored for a model token "
+                f"{who.owner!r} (id {who.token_id}) may not read",
+                scope="model:<glob>:pull",
+                hint="publish with a token that may pull a model using that blob")
 
 
 @router.put("/v1/alias", tags=["models"],

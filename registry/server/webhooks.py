@@ -12,8 +12,9 @@ seconds (default 1):
   duration). A failure is retried after ``PT2REG_WEBHOOK_RETRY_BASE`` x 2^(attempt-1) seconds
   (default 10, capped at ``PT2REG_WEBHOOK_RETRY_MAX``, default 3600), up to 12 attempts.
 
-Requests time out after ``PT2REG_WEBHOOK_TIMEOUT`` seconds (default 10), never follow
-redirects, and keep at most 256 characters of the response body.
+Requests time out after ``PT2REG_WEBHOOK_TIMEOUT`` seconds (default 10) per network operation
+and after twice that in all, never follow redirects, and keep at most 256 characters of the
+response body.
 """
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ class Background:
         self.retry_base = _env_float(ENV_RETRY_BASE, 10.0)
         self.retry_max = _env_float(ENV_RETRY_MAX, 3600.0)
         self.timeout = _env_float(ENV_TIMEOUT, 10.0)
+        # a claim is held long enough for a few slow deliveries; a batch stops (and hands the
+        # rest back) before its lease could run out, so no other replica ever re-sends a
+        # delivery this one is still sending
+        self.lease = max(_LEASE_SECONDS, 8 * self.timeout + 10)
+        self.deadline = 2 * self.timeout  # one whole delivery, whatever the receiver does
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_sign = 0.0
@@ -112,16 +118,53 @@ class Background:
         if now >= self._next_sign:
             self._next_sign = now + self.sign_interval
             sign_newest(self.engine, self.key)
+        started = time.monotonic()
         claimed = run_transaction(self.engine, lambda s: outbox.claim(
-            s, self.replica, lease_seconds=_LEASE_SECONDS), write=True)
-        for item in claimed:
-            if self._stop.is_set():
+            s, self.replica, lease_seconds=self.lease), write=True)
+        for i, item in enumerate(claimed):
+            # one delivery takes at most self.deadline (2 timeouts), then its record
+            if self._stop.is_set() or time.monotonic() - started > self.lease - 5 * self.timeout - 5:
+                rest = [c[0] for c in claimed[i:]]
+                run_transaction(self.engine, lambda s: outbox.release(s, rest, self.replica),
+                                write=True)
                 return
             self._deliver(client, *item)
 
     def _backoff(self, attempts: int) -> float:
         delay = min(self.retry_max, self.retry_base * 2 ** attempts)
         return delay * (0.9 + 0.2 * random.random())
+
+    def _exchange(self, client: Any, url: str, body: bytes, headers: dict[str, str],
+                  started: float) -> tuple[int, str]:
+        """POST and read at most an excerpt of the answer, all within 2 x the timeout: httpx's
+        timeouts are per network operation, so a receiver trickling its headers a byte at a
+        time would otherwise hold this loop (and every other delivery) for as long as it
+        likes. The request runs in a helper thread that is abandoned at the deadline (it ends
+        at its own next timeout or when the receiver hangs up); the attempt counts as failed,
+        so the message is sent again later (receivers deduplicate by ``webhook-id``)."""
+        got: dict[str, Any] = {}
+
+        def exchange() -> None:
+            try:
+                with client.stream("POST", url, content=body, headers=headers) as response:
+                    chunk = b""
+                    for part in response.iter_bytes():
+                        chunk += part
+                        if len(chunk) >= outbox.EXCERPT_CHARS or time.monotonic() - started > self.deadline:
+                            break  # an excerpt only
+                    got["answer"] = (response.status_code,
+                                     chunk[:outbox.EXCERPT_CHARS].decode("utf-8", errors="replace"))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                got["error"] = exc
+
+        worker = threading.Thread(target=exchange, name="pt2reg-webhook-post", daemon=True)
+        worker.start()
+        worker.join(self.deadline)
+        if worker.is_alive():
+            raise TimeoutError(f"no complete answer within {self.deadline:g} s (the receiver is too slow)")
+        if "error" in got:
+            raise got["error"]
+        return got["answer"]
 
     def _deliver(self, client: Any, delivery_id: int, message_id: str, payload: str, url: str,
                  packed: str, attempts: int) -> None:
@@ -139,14 +182,7 @@ class Background:
             headers = {"content-type": "application/json", "user-agent": "pt2-registry-webhooks",
                        "webhook-id": message_id, "webhook-timestamp": str(ts),
                        "webhook-signature": signature_header(secret, message_id, ts, body)}
-            with client.stream("POST", url, content=body, headers=headers) as response:
-                status_code = response.status_code
-                chunk = b""
-                for part in response.iter_bytes():
-                    chunk += part
-                    if len(chunk) >= outbox.EXCERPT_CHARS:
-                        break
-                excerpt = chunk[:outbox.EXCERPT_CHARS].decode("utf-8", errors="replace")
+            status_code, excerpt = self._exchange(client, url, body, headers, started)
             ok = 200 <= status_code < 300
             if not ok:
                 error = f"HTTP {status_code}"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
+from ..refs import Ref
 
 if TYPE_CHECKING:
     from ..client.api import Registry
@@ -40,9 +41,17 @@ def parse_uri(uri: str) -> tuple[str | None, str]:
             or parts.username or parts.password:
         raise UsageError(f"invalid model URI {uri!r}",
                          hint="use pt2reg://HOST[:PORT]/NAME@REF (pt2regs:// for HTTPS) or NAME@REF")
+    try:
+        parts.port  # noqa: B018 (raises on a port that is not one)
+    except ValueError:
+        raise UsageError(f"invalid model URI {uri!r}: bad port", hint="pt2reg://HOST[:PORT]/NAME@REF") from None
     ref = parts.path.lstrip("/")
     if not ref:
         raise UsageError(f"model URI {uri!r} names no model", hint="pt2reg://HOST[:PORT]/NAME@REF")
+    if "@" not in ref:  # a storage URI pins what it serves: no silent "latest"
+        raise UsageError(f"model URI {uri!r} names no version", hint="pt2reg://HOST[:PORT]/NAME@REF "
+                         "(REF: a version number, an alias or sha256:HEX)")
+    Ref.parse(ref)  # NAME@REF only (no '..', no %-escapes, nothing after the ref)
     return f"{_SCHEMES[parts.scheme]}://{parts.netloc}", ref
 
 
@@ -84,6 +93,8 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
     if layout not in LAYOUTS:
         raise UsageError(f"--layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     dest = Path(dest)
+    if dest.is_symlink():  # the layout would be written wherever the link points
+        raise UsageError(f"{dest} is a symlink", hint="give the real directory")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest} is not a directory")
     src = open_source(ref, registry=registry, require_signature=require_signature)  # digests + signatures

@@ -13,6 +13,7 @@ alone (``triton_config``: pure); ``export_triton`` verifies, copies and writes a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ..sources import MaterializedBundle
 
 __all__ = ["TRITON_DTYPES", "TritonModel", "plan_models", "triton_config", "export_triton", "write_repository",
-           "cc_key"]
+           "cc_key", "check_model_name"]
 
 #: torch dtype (as the manifest names it) -> Triton's DataType
 TRITON_DTYPES = {"bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
@@ -86,10 +87,22 @@ def _tensor_problem(t: TensorSpec, what: str) -> str | None:
     return None
 
 
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def check_model_name(name: str) -> str:
+    """A Triton model name is a directory of the repository: one path part, no leading dot."""
+    if not _MODEL_NAME.fullmatch(name or ""):
+        raise UsageError(f"invalid Triton model name {name!r}",
+                         hint="letters, digits, '_', '-', '.' (not first), at most 128 characters")
+    return name
+
+
 def plan_models(programs: Mapping[str, ProgramSpec], model_name: str) -> list[TritonModel]:
     """The Triton models for ``programs`` (one: named ``model_name``; several:
     ``<model_name>_<program>``). IncompatibleError (exit 4) when a program has no AOTI variant,
     a variant the backend cannot load, or inputs/outputs it cannot take."""
+    check_model_name(model_name)
     out = []
     for pname, prog in programs.items():
         files, default, kind, skipped = _model_files(prog)
@@ -109,7 +122,7 @@ def plan_models(programs: Mapping[str, ProgramSpec], model_name: str) -> list[Tr
             ops = ", ".join(op.name for op in prog.required_ops)
             raise IncompatibleError(f"program {pname!r} needs custom op(s) {ops}; Triton's PyTorch backend "
                                     f"does not check or load them", hint="serve it with the registry's loader")
-        name = model_name if len(programs) == 1 else f"{model_name}_{pname}"
+        name = check_model_name(model_name if len(programs) == 1 else f"{model_name}_{pname}")
         out.append(TritonModel(name, prog, files, default, kind, skipped))
     return out
 
@@ -134,12 +147,25 @@ def triton_config(model: TritonModel, *, max_batch_size: int = 0,
                 raise UsageError(f"--max-batch-size {max_batch_size}: {t.name!r} of program "
                                  f"{model.program.name!r} has no dynamic first dim to batch",
                                  hint="use --max-batch-size 0 (the default)")
+            first = t.shape[0]
+            if first.min > 1:  # Triton's batcher sends batches of 1 too
+                raise UsageError(f"--max-batch-size {max_batch_size}: the first dim of {t.name!r} of program "
+                                 f"{model.program.name!r} is at least {first.min}, and Triton sends batches of 1",
+                                 hint="export with a batch Dim whose min is 1, or use --max-batch-size 0")
+            if first.max is not None and first.max < max_batch_size:
+                raise UsageError(f"--max-batch-size {max_batch_size}: the first dim of {t.name!r} of program "
+                                 f"{model.program.name!r} is at most {first.max}",
+                                 hint=f"use --max-batch-size {first.max} or less")
 
     def tensors(kind: str, specs: Sequence[TensorSpec], prefix: str) -> list[str]:
         rows = []
         for i, t in enumerate(specs):
-            dims = ", ".join(str(d) for d in _dims(t, batched))
-            rows.append(f"  {{ name: {_q(f'{prefix}__{i}')} data_type: {TRITON_DTYPES[t.dtype]} dims: [ {dims} ] }}")
+            shape = _dims(t, batched)
+            # a batch-only tensor ([B]): Triton wants dims, so [ 1 ] reshaped to [ ] (its docs' idiom)
+            extra = " reshape: { shape: [ ] }" if batched and not shape else ""
+            dims = ", ".join(str(d) for d in shape or ([1] if batched else []))
+            rows.append(f"  {{ name: {_q(f'{prefix}__{i}')} data_type: {TRITON_DTYPES[t.dtype]} "
+                        f"dims: [ {dims} ]{extra} }}")
         return [f"{kind} ["] + [",\n".join(rows)] + ["]"]
 
     lines = [f"name: {_q(model.name)}", 'backend: "pytorch"', 'platform: "torch_aoti"',

@@ -24,8 +24,8 @@ from .orm import (AuditEventRow, AuditHeadRow, WebhookAttemptRow, WebhookDeliver
 from .records import SignedAuditHead, WebhookAttempt, WebhookDelivery, WebhookRecord
 
 __all__ = ["EVENT_TYPES", "ACTION_EVENTS", "enqueue", "add_webhook", "list_webhooks", "remove_webhook",
-           "deliveries", "redeliver", "claim", "record_attempt", "secret_of", "add_head", "heads",
-           "newest_event", "validate_webhook_url", "MAX_ATTEMPTS", "EXCERPT_CHARS"]
+           "deliveries", "redeliver", "claim", "release", "record_attempt", "secret_of", "add_head",
+           "heads", "newest_event", "validate_webhook_url", "MAX_ATTEMPTS", "EXCERPT_CHARS"]
 
 #: audit action -> webhook event type (actions not listed are not announced: pulls, tokens...)
 ACTION_EVENTS = {
@@ -82,6 +82,13 @@ def _hook_record(row: WebhookRow) -> WebhookRecord:
                          created_by=row.created_by)
 
 
+def _shown(url: str) -> str:
+    """The URL for an error line: at most 80 characters, any ``user:password@`` hidden."""
+    import re
+
+    return re.sub(r"(?<=//)[^/?#]*@", "***@", url)[:80]
+
+
 def validate_webhook_url(url: str) -> str:
     """``url`` when it is an absolute http(s) URL with a host and no credentials; UsageError
     otherwise. Webhook URLs are hostile input: see the README on SSRF (the server POSTs to
@@ -94,14 +101,18 @@ def validate_webhook_url(url: str) -> str:
 
     if len(url) > 2048 or not url.isprintable() or any(c.isspace() for c in url):
         raise UsageError("a webhook URL must be printable, without spaces, at most 2048 characters")
+    if not url.isascii():
+        raise UsageError(f"a webhook URL must be ASCII, not {_shown(url)!r}",
+                         hint="write an international host name as punycode (xn--...) and "
+                              "percent-encode the path")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError as exc:
-        raise UsageError(f"invalid webhook URL {url[:80]!r}: {exc}") from exc
+        raise UsageError(f"invalid webhook URL {_shown(url)!r}: {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"a webhook URL must be http:// or https:// with a host, not {url[:80]!r}")
-    if parts.username or parts.password:
+        raise UsageError(f"a webhook URL must be http:// or https:// with a host, not {_shown(url)!r}")
+    if parts.username or parts.password or "@" in parts.netloc:
         raise UsageError("a webhook URL must not carry credentials (user:password@)",
                          hint="the receiver authenticates the registry by the webhook signature")
     return url
@@ -216,6 +227,16 @@ def claim(s: Session, replica: str, *, lease_seconds: float, limit: int = 10
         out.append((row.id, row.message_id, row.payload_json, hook.url,
                     f"{hook.key_id} {hook.secret_enc}", row.attempts))
     return out
+
+
+def release(s: Session, delivery_ids: Sequence[int], replica: str) -> None:
+    """Hand back claims this replica took but will not send now (due again at once)."""
+    if delivery_ids:
+        s.execute(update(WebhookDeliveryRow)
+                  .where(WebhookDeliveryRow.id.in_(list(delivery_ids)),
+                         WebhookDeliveryRow.claimed_by == replica)
+                  .values(claimed_by=None, claimed_until=None)
+                  .execution_options(synchronize_session=False))
 
 
 def record_attempt(s: Session, delivery_id: int, replica: str, *, ok: bool, status_code: int | None,

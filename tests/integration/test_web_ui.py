@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -84,14 +85,26 @@ class Shots:
         return path
 
 
-def _go(driver: Any, element: Any) -> None:
-    """Click ``element`` and wait until the page it leads to has replaced this one."""
+def _go(driver: Any, by: str, value: str) -> None:
+    """Click the element ``(by, value)`` and wait until the page it leads to has replaced this
+    one. Found afresh on each try: Chromium may still be settling the page it just loaded
+    ("node does not belong to the document"), which a second try after a moment gets past."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = driver.find_element(By.TAG_NAME, "html")
-    element.click()
+    WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    for attempt in range(3):
+        old = driver.find_element(By.TAG_NAME, "html")
+        try:
+            driver.find_element(by, value).click()
+            break
+        except (StaleElementReferenceException, WebDriverException) as exc:
+            if attempt == 2 or not ("does not belong to the document" in str(exc)
+                                    or isinstance(exc, StaleElementReferenceException)):
+                raise
+            time.sleep(0.2)
     WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
@@ -103,7 +116,7 @@ def _login(driver: Any, base: str, token: str) -> None:
     driver.get(base + "/")
     assert "/login" in driver.current_url  # not logged in: the form
     driver.find_element(By.ID, "token").send_keys(token)
-    _go(driver, driver.find_element(By.ID, "login"))
+    _go(driver, By.ID, "login")
 
 
 def _text(driver: Any) -> str:
@@ -118,7 +131,7 @@ def test_browse_search_version_lineage_compare_audit(server: Any, browser: Any, 
     shot, d, base = Shots(browser, tmp_path), browser, server.url
     d.get(base + "/login")
     d.find_element(By.ID, "token").send_keys("pt2r_" + "x" * 43)
-    _go(d, d.find_element(By.ID, "login"))
+    _go(d, By.ID, "login")
     assert "unknown" in d.find_element(By.ID, "login-error").text.lower() or d.find_element(By.ID, "login-error").text
     shot("00-login-refused")
 
@@ -134,11 +147,11 @@ def test_browse_search_version_lineage_compare_audit(server: Any, browser: Any, 
     box = d.find_element(By.ID, "q")
     box.clear()
     box.send_keys("enc task=translate")
-    _go(d, d.find_element(By.ID, "search"))
+    _go(d, By.ID, "search")
     assert [r.find_element(By.TAG_NAME, "a").text for r in d.find_elements(By.CSS_SELECTOR, "tr.model-row")] == ["team/enc"]
     shot("02-search")
 
-    _go(d, d.find_element(By.LINK_TEXT, "team/enc"))
+    _go(d, By.LINK_TEXT, "team/enc")
     assert d.find_element(By.ID, "model-name").text == "team/enc"
     rows = d.find_elements(By.CSS_SELECTOR, "#versions tr")[1:]
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == ["2", "1"]
@@ -147,7 +160,7 @@ def test_browse_search_version_lineage_compare_audit(server: Any, browser: Any, 
     assert "alias.set" in d.find_element(By.ID, "alias-history").text
     shot("03-model")
 
-    _go(d, d.find_element(By.ID, "compare"))  # the form's default: 1 -> 2
+    _go(d, By.ID, "compare")  # the form's default: 1 -> 2
     changes = d.find_element(By.ID, "signature-changes").text
     assert "tokens" in changes and "seq 2..16" in changes and "seq 2..32" in changes
     assert "1: seq 2..16 -> seq 2..32" in changes
@@ -171,11 +184,11 @@ def test_browse_search_version_lineage_compare_audit(server: Any, browser: Any, 
     assert {n.get_attribute("data-node") for n in svg.find_elements(By.CSS_SELECTOR, "a.node")} == {
         "team/distil@1", "team/ft@1", "team/base@1", "other/x@1"}
     shot("06-lineage-distil")
-    _go(d, svg.find_element(By.CSS_SELECTOR, 'a.node[data-node="team/ft@1"] rect'))
+    _go(d, By.CSS_SELECTOR, '#lineage a.node[data-node="team/ft@1"] rect')
     assert d.find_element(By.ID, "version-title").text.startswith("team/ft@1")
     assert "run-7" not in _text(d)  # facts are the version's own: ft has none
     shot("06-version-with-lineage")  # docs/web-ui-version.png is this one
-    _go(d, d.find_element(By.CSS_SELECTOR, '#lineage a.node[data-node="team/base@1"] rect'))
+    _go(d, By.CSS_SELECTOR, '#lineage a.node[data-node="team/base@1"] rect')
     assert d.find_element(By.ID, "version-title").text.startswith("team/base@1")
     assert "s3://data/train" in _text(d) and "run-7" in _text(d)
 
@@ -183,12 +196,12 @@ def test_browse_search_version_lineage_compare_audit(server: Any, browser: Any, 
     assert "chain verified" in d.find_element(By.ID, "chain").text
     d.find_element(By.ID, "f-model").send_keys("team/enc")
     d.find_element(By.ID, "f-action").send_keys("alias")
-    _go(d, d.find_element(By.ID, "filter"))
+    _go(d, By.ID, "filter")
     events = d.find_elements(By.CSS_SELECTOR, "#events tr.event")
     assert len(events) == 1 and "alias.set" in events[0].text and "team/enc" in events[0].text
     shot("07-audit")
 
-    _go(d, d.find_element(By.ID, "logout"))
+    _go(d, By.ID, "logout")
     d.get(base + "/model?name=team/enc")
     assert "/login" in d.current_url
 

@@ -40,17 +40,32 @@ def _state(request: Request) -> ServerState:
     return request.app.state.registry
 
 
+#: every page: no framing (clickjacking), no MIME sniffing, no referrer (page URLs carry model
+#: names), no caching by shared proxies (pages show what one token may see), and a CSP that only
+#: runs the pages' own inline script/style and loads nothing from elsewhere
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store, private",
+                "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                           "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
+                                           "base-uri 'none'"}
+
+
+def _html(body: str, status: int) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers=PAGE_HEADERS)
+
+
 def _page(request: Request, template: str, call: Call | None, status: int = 200, **values: Any) -> HTMLResponse:
     who = call.identity if call else None
-    return HTMLResponse(render(template, who=who, path=request.url.path, **values), status_code=status)
+    return _html(render(template, who=who, path=request.url.path, **values), status)
 
 
 # -- login ------------------------------------------------------------------------------------
 
 def _safe_next(target: str | None) -> str:
     """Only a path on this server (no ``//host`` or scheme): the login form is no open redirect."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target \
+            or len(target) > 2048 or any(c.isspace() or not c.isprintable() for c in target):
+        return "/"  # browsers drop tabs/newlines ("/\t/evil" -> "//evil") and read "\" as "/"
     return target
 
 
@@ -63,6 +78,9 @@ def login_form(request: Request, next: str = "/", call: Call = public()) -> Resp
 async def login(request: Request, call: Call = public()) -> Response:
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")[:8192]).items()}
     target = _safe_next(form.get("next"))
+    if request.headers.get("sec-fetch-site") == "cross-site":  # login CSRF: another site logging a browser in
+        return _page(request, "login.html", None, status=403, next=target,
+                     error="log in from this registry's own page")
     secret = (form.get("token") or "").strip()
     state = _state(request)
     try:
@@ -78,7 +96,9 @@ async def login(request: Request, call: Call = public()) -> Response:
     if identity.expires_at is not None:
         max_age = max(0, int((identity.expires_at - datetime.now(timezone.utc)).total_seconds()))
     response.set_cookie(SESSION_COOKIE, secret, max_age=max_age, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", path="/")
+                        secure=request.url.scheme == "https"
+                        or request.headers.get("x-forwarded-proto", "").split(",")[0].strip() == "https",
+                        path="/")
     return response
 
 
@@ -272,10 +292,10 @@ def error_page(request: Request, exc: RegistryError, status: int) -> Response:
     title = {403: "Not permitted", 404: "Not found", 400: "Bad request"}.get(status, "Error")
     message = exc.message if status != 403 else "This token may not view this page."
     if status >= 500:  # the API's handler scrubs these; a page says nothing of the inside
-        return HTMLResponse(render("error.html", who=None, path=request.url.path, title="Server error",
-                                   status=status, message="the server could not answer this page",
-                                   hint="see the server's log"), status_code=status)
+        return _html(render("error.html", who=None, path=request.url.path, title="Server error",
+                            status=status, message="the server could not answer this page",
+                            hint="see the server's log"), status)
     hint = exc.hint if status != 403 else "ask an admin for a token with the scope it needs"
-    return HTMLResponse(render("error.html", who=None, path=request.url.path, title=title, status=status,
-                               message=message, hint=hint), status_code=status)
+    return _html(render("error.html", who=None, path=request.url.path, title=title, status=status,
+                        message=message, hint=hint), status)
 
