@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import stat
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -225,68 +227,101 @@ def test_registry_with_db_or_store_is_a_usage_error_and_db_upgrade_refuses_remot
 
 # -- blob transfers ------------------------------------------------------------------------------
 
-class _BrokenBody(httpx.SyncByteStream):
-    """A body that sends ``data`` and then drops the connection."""
+class _BucketHandler(BaseHTTPRequestHandler):
+    """One GET to the stand-in bucket: ``server.answer(headers)`` gives (status, headers, body,
+    bytes sent before the connection drops or None)."""
 
-    def __init__(self, data: bytes) -> None:
-        self._data = data
+    protocol_version = "HTTP/1.1"
 
-    def __iter__(self):
-        yield self._data
-        raise httpx.ReadError("connection reset by peer")
+    def do_GET(self):
+        self.server.seen.append((self.path, dict(self.headers)))
+        status, headers, body, cut = self.server.answer(self.path, self.headers)
+        self.send_response(status)
+        for k, v in {"Content-Length": str(len(body)), **headers}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body if cut is None else body[:cut])
+        self.close_connection = cut is not None
+
+    def log_message(self, *args):
+        pass
 
 
-def _serving(blob: bytes, *, break_at: int | None = None, lie: bool = False):
-    """A server handing out a bucket URL for ``blob``; the first GET breaks after ``break_at``
-    bytes; ``lie`` serves other bytes of the same size. Records each GET's Range header."""
+@pytest.fixture
+def bucket():
+    """A real HTTP server standing in for S3: presigned URLs are read with urllib3, not httpx."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BucketHandler)
+    server.seen, server.url = [], f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _serving(blob: bytes, bucket, *, break_at: int | None = None, lie: bool = False, extra: bytes = b""):
+    """A server handing out a ``bucket`` URL for ``blob`` (with an ``Authorization`` among its
+    headers, which must never reach the bucket); the first GET breaks after ``break_at`` bytes;
+    ``lie`` serves other bytes of the same size, ``extra`` more bytes. Returns each GET's Range."""
     digest = digest_of(blob)
-    ranges: list[str | None] = []
 
     def handler(request):
-        if request.url.path == "/v1/blobs/download":
-            return httpx.Response(200, json={"urls": {digest: {"url": f"{BUCKET}/blob?sig=1", "size": len(blob),
-                                                               "headers": {}}}})
-        assert "authorization" not in request.headers
-        ranges.append(request.headers.get("range"))
-        body = bytes(len(blob)) if lie else blob
-        if len(ranges) == 1 and break_at is not None:
-            return httpx.Response(200, stream=_BrokenBody(body[:break_at]))
-        if request.headers.get("range"):
-            start = int(request.headers["range"].split("=")[1].split("-")[0])
-            return httpx.Response(206, content=body[start:],
-                                  headers={"content-range": f"bytes {start}-{len(blob) - 1}/{len(blob)}"})
-        return httpx.Response(200, content=body)
+        assert request.url.path == "/v1/blobs/download"
+        return httpx.Response(200, json={"urls": {digest: {"url": f"{bucket.url}/blob?sig=1", "size": len(blob),
+                                                           "headers": {"Authorization": "Bearer stolen"}}}})
+
+    def answer(path, headers):
+        body = (bytes(len(blob)) if lie else blob) + extra
+        if len(bucket.seen) == 1 and break_at is not None:
+            return 200, {}, body, break_at
+        if headers.get("range"):
+            start = int(headers["range"].split("=")[1].split("-")[0])
+            return 206, {"Content-Range": f"bytes {start}-{len(blob) - 1}/{len(blob)}"}, body[start:], None
+        return 200, {}, body, None
+
+    bucket.answer = answer
+
+    def ranges():
+        assert all("authorization" not in {k.lower() for k in h} for _, h in bucket.seen)
+        return [h.get("Range") for _, h in bucket.seen]
 
     return digest, ranges, handler
 
 
-def test_a_broken_download_resumes_from_the_next_byte_and_verifies(tmp_path):
+def test_a_broken_download_resumes_from_the_next_byte_and_verifies(tmp_path, bucket):
     blob = os.urandom(3 * 1024 * 1024 + 17)
-    digest, ranges, handler = _serving(blob, break_at=1024 * 1024)
+    digest, ranges, handler = _serving(blob, bucket, break_at=1024 * 1024 + 5)
     store = HttpBlobStore(client_for(handler))
     out = tmp_path / "blob"
     store.get_file(digest, out)
     assert out.read_bytes() == blob
-    assert ranges == [None, f"bytes={1024 * 1024}-{len(blob) - 1}"]
+    assert ranges() == [None, f"bytes={1024 * 1024 + 5}-{len(blob) - 1}"]
 
 
-def test_get_parts_writes_each_blob_at_its_offset_after_a_break(tmp_path):
+def test_get_parts_writes_each_blob_at_its_offset_after_a_break(tmp_path, bucket):
     blob = os.urandom(200_000)
-    digest, ranges, handler = _serving(blob, break_at=70_000)
+    digest, ranges, handler = _serving(blob, bucket, break_at=70_000)
     store = HttpBlobStore(client_for(handler))
     done = []
     with open(tmp_path / "f", "wb+") as fp:
         store.get_parts(fp.fileno(), [Part(digest, 10, len(blob))], on_done=done.append)
         fp.seek(10)
         assert fp.read() == blob
-    assert done == [0] and ranges[1] == f"bytes=70000-{len(blob) - 1}"
+    assert done == [0] and ranges()[1] == f"bytes=70000-{len(blob) - 1}"
 
 
-def test_wrong_bytes_from_the_store_are_an_integrity_error_and_leave_no_file(tmp_path):
-    digest, _ranges, handler = _serving(b"the real content", lie=True)
+def test_wrong_bytes_from_the_store_are_an_integrity_error_and_leave_no_file(tmp_path, bucket):
+    digest, _ranges, handler = _serving(b"the real content", bucket, lie=True)
     store = HttpBlobStore(client_for(handler))
     with pytest.raises(IntegrityError, match=digest):
         store.get_file(digest, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_more_bytes_than_the_blob_has_are_an_integrity_error(tmp_path, bucket):
+    digest, _ranges, handler = _serving(b"the real content", bucket, extra=b"!")
+    with pytest.raises(IntegrityError, match="larger than the 16 bytes expected"):
+        HttpBlobStore(client_for(handler)).get_file(digest, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -337,21 +372,34 @@ def test_a_token_that_cannot_be_a_header_is_a_usage_error_that_does_not_echo_it(
     assert "séc" not in caught.value.one_line()
 
 
-def test_an_expired_presigned_url_is_asked_for_afresh(tmp_path):
+@pytest.mark.parametrize("proxied", [False, True], ids=["urllib3", "httpx-behind-a-proxy"])
+def test_an_expired_presigned_url_is_asked_for_afresh(tmp_path, bucket, monkeypatch, proxied):
     blob = os.urandom(10_000)
     digest = digest_of(blob)
     handed: list[str] = []
+    if proxied:  # behind a proxy presigned GETs stay on httpx (here the scripted transport)
+        monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    where = BUCKET if proxied else bucket.url
 
     def handler(request):
         if request.url.path == "/v1/blobs/download":
-            handed.append(f"{BUCKET}/blob?sig={len(handed)}")
+            handed.append(f"{where}/blob?sig={len(handed)}")
             return httpx.Response(200, json={"urls": {digest: {"url": handed[-1], "size": len(blob)}}})
         if request.url.params["sig"] == "0":  # the first URL has expired
             return httpx.Response(403, content=b"<Error><Code>AccessDenied</Code></Error>")
         return httpx.Response(200, content=blob)
 
-    HttpBlobStore(client_for(handler)).get_file(digest, tmp_path / "b")
+    def answer(path, headers):
+        if path.endswith("sig=0"):
+            return 403, {}, b"<Error><Code>AccessDenied</Code></Error>", None
+        return 200, {}, blob, None
+
+    bucket.answer = answer
+    store = HttpBlobStore(client_for(handler))
+    assert (store._bucket is None) == proxied
+    store.get_file(digest, tmp_path / "b")
     assert (tmp_path / "b").read_bytes() == blob and len(handed) == 2
+    assert len(bucket.seen) == (0 if proxied else 2)
 
 
 def test_exists_and_stat_are_one_head_each():
