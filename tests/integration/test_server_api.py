@@ -3,6 +3,7 @@ publish through the routes, tokens and scopes (401/403 naming the scope), identi
 audit log, Range reads, hostile requests (size caps, bad names, no tracebacks)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -62,13 +63,21 @@ class Server:
         return self.call("POST", "/v1/publish", token, json=body), member, mdigest
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+@contextlib.contextmanager
+def in_process_server(tmp_path: Path) -> Iterator[Server]:
+    """The app over SQLite + a local store under ``tmp_path``, with small body limits, served
+    in process (shared with test_server_hostile.py)."""
     settings = Settings.resolve(home=str(tmp_path / "home"), env={})
     app = create_app(settings, limits=ServerLimits(json_body=64 * 1024, blob_body=1 << 20,
                                                    publish_body=256 * 1024))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield Server(client, app)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with in_process_server(tmp_path) as srv:
+        yield srv
 
 
 def _error(response) -> dict[str, Any]:

@@ -13,20 +13,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from starlette.testclient import TestClient
 
-from registry.config import Settings
-from registry.server import ServerLimits, create_app
-from tests.integration.test_server_api import Server, _digest, _error
+from tests.integration.test_server_api import Server, _digest, _error, in_process_server
 
 
 @pytest.fixture
 def srv(tmp_path: Path) -> Iterator[Server]:
-    settings = Settings.resolve(home=str(tmp_path / "home"), env={})
-    app = create_app(settings, limits=ServerLimits(json_body=64 * 1024, blob_body=1 << 20,
-                                                   publish_body=256 * 1024))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        yield Server(client, app)
+    with in_process_server(tmp_path) as server:
+        yield server
 
 
 SECRET = b"secret-weights " * 40
