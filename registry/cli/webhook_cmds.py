@@ -52,7 +52,7 @@ def webhook() -> None:
 @click.argument("url")
 @click.option("--events", "events", required=True, metavar="E,...",
               help="Comma-separated event types (see `pt2reg webhook --help`).")
-@click.option("--model", "model_glob", metavar="GLOB", help="Only events about models matching GLOB.")
+@click.option("--model", "model_glob", metavar="GLOB", help="Only events about models matching GLOB (as in scopes: '*' within one segment, '**' across).")
 @click.option("--secret-file", "secret_file", required=True, metavar="F",
               type=click.Path(dir_okay=False),
               help="File holding the signing secret, whsec_<base64 of 24-64 random bytes>.")

@@ -9,7 +9,6 @@ holds locked), deliver them and :func:`record_attempt`.
 """
 from __future__ import annotations
 
-import fnmatch
 import json
 from datetime import timedelta
 from typing import Any, Sequence
@@ -17,6 +16,7 @@ from typing import Any, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ..access.scopes import glob_matches, validate_glob
 from ..errors import NotFoundError, UsageError
 from .audit_chain import format_ts, parse_ts
 from .orm import (AuditEventRow, AuditHeadRow, WebhookAttemptRow, WebhookDeliveryRow, WebhookRow,
@@ -65,7 +65,7 @@ def enqueue(session: Session, row: AuditEventRow, details: dict[str, Any]) -> in
     for hook in session.scalars(select(WebhookRow).order_by(WebhookRow.id)):
         if event_type not in json.loads(hook.events_json):
             continue
-        if hook.model_glob and not (row.model and fnmatch.fnmatchcase(row.model, hook.model_glob)):
+        if hook.model_glob and not (row.model and glob_matches(hook.model_glob, row.model)):
             continue
         session.add(WebhookDeliveryRow(
             webhook_id=hook.id, message_id=f"msg_{row.seq}_{hook.id}_{row.hash[:12]}",
@@ -122,6 +122,8 @@ def add_webhook(s: Session, url: str, events: Sequence[str], model_glob: str | N
                 secret_enc: str, key_id: str, *, actor: str) -> WebhookRecord:
     """Insert a subscription (the caller validated the URL and encrypted the secret)."""
     validate_webhook_url(url)
+    if model_glob is not None:  # the scopes' model globs: '*' within a segment, '**' across
+        validate_glob(model_glob)
     unknown = sorted(set(events) - set(EVENT_TYPES))
     if unknown or not events:
         raise UsageError(f"unknown webhook event {unknown[0]!r}" if unknown else "give at least one event",

@@ -419,3 +419,17 @@ def test_moves_racing_a_policy_change_never_land_after_it(store, tmp_path):
     policy_at = next(e.seq for e in events if e.action == "policy.set")
     assert not [e for e in events if e.seq > policy_at and e.action.startswith("alias.")]
     assert any(e.seq < policy_at and e.action.startswith("alias.") for e in events)
+
+
+def test_webhook_model_globs_follow_the_scope_grammar(store):
+    """``--model team/*`` means what it means in a scope: ``team/x``, never ``team/a/b``."""
+    hook = store.add_webhook("http://127.0.0.1:9/h", ["version.published"], "team/*", secret_enc="x",
+                             key_id="k", **WHO)
+    for name in ("team/x", "team/a/b", "team2/x"):
+        store.publish(name, "sha256:" + hashlib.sha256(name.encode()).hexdigest(), "{}", 1, [], **WHO)
+    model_of = {e.seq: e.model for e in store.events()}
+    got = [model_of[d.audit_seq] for d in store.webhook_deliveries() if d.webhook_id == hook.id]
+    assert got == ["team/x"]
+    for bad in ("team/[ab]", "team//x", "Team/*", "team/**x"):
+        with pytest.raises(UsageError, match="invalid model glob"):
+            store.add_webhook("http://127.0.0.1:9/h", ["version.published"], bad, secret_enc="x", key_id="k", **WHO)
