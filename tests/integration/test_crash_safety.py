@@ -261,8 +261,11 @@ class Campaign:
             kill.after = time.monotonic() - start
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
-                proc.communicate(timeout=30)
-                assert proc.returncode == -signal.SIGKILL
+                _out, err = proc.communicate(timeout=30)
+                if proc.returncode == 0:  # it finished between poll() and the kill: no kill landed
+                    kill.outcome = "exited"
+                else:
+                    assert proc.returncode == -signal.SIGKILL, err
             else:
                 kill.outcome = "exited"
                 _out, err = proc.communicate()
