@@ -91,7 +91,6 @@ def _go(driver: Any, by: str, value: str) -> None:
     ("node does not belong to the document"), which a second try after a moment gets past."""
     from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
@@ -105,8 +104,24 @@ def _go(driver: Any, by: str, value: str) -> None:
                                     or isinstance(exc, StaleElementReferenceException)):
                 raise
             time.sleep(0.2)
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda _: _detached(old))
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _detached(element: Any) -> bool:
+    """Whether ``element``'s page has been replaced: selenium's ``staleness_of``, plus the form in
+    which Chromium sometimes reports it ("node ... does not belong to the document")."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def _login(driver: Any, base: str, token: str) -> None:
