@@ -3,7 +3,9 @@
     python _scale_worker.py MODE '{"home": ..., "db": ..., "store": ..., "cache": ..., ...}'
 
 MODE: baseline (the registry's imports only), baseline-torch (those, torch, the bundler and the
-loader), bundle (``build_bundle`` of ``pt2`` into ``out``), push (``Registry.push``), pull
+loader), bundle (``build_bundle`` of ``pt2`` into ``out``, its vetting verdicts written to the
+client cache ``cache`` when given, as ``pt2reg bundle`` does), push (``Registry.push``; the
+cache is ``cache``, else the home's: without the bundler's verdicts the program check runs), pull
 (``Registry.materialize`` into the empty cache ``cache``: what a load fetches), load
 (``registry.load`` of ``ref`` with the empty cache ``cache``) and torch-load
 (``torch.export.load(pt2).module()``). Every mode imports the same modules as its baseline first
@@ -39,8 +41,10 @@ def do(mode: str, cfg: dict) -> dict:
     t0 = time.perf_counter()
     if mode == "bundle":
         from registry.bundler import ProgramInput, build_bundle
+        from registry.pt2.verdicts import verdicts_dir
 
-        build_bundle(cfg["out"], [ProgramInput("model", cfg["pt2"])])
+        build_bundle(cfg["out"], [ProgramInput("model", cfg["pt2"])],
+                     vetted_dir=verdicts_dir(cfg["cache"]) if cfg.get("cache") else None)
     elif mode == "push":
         with reg() as r:
             r.push(cfg["bundle"], cfg["name"])

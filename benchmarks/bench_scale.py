@@ -7,12 +7,18 @@ with a "2% fine-tune" (2% of its tensors, chosen with a fixed seed, changed by a
 like a merged LoRA adapter, and exported again). For each program, side by side in one run
 (interleaved, the order rotated every repetition), medians of ``--reps``:
 
-local  ``build_bundle`` of the .pt2 into a .pt2b; ``Registry.push`` into a fresh home and
-       blob store (the SQLite database created beforehand: schema creation is a once-per-machine
-       cost); pull = ``Registry.materialize`` into an empty cache (what ``registry.load`` does
-       before deserializing; ``pt2reg pull -o`` would write a bundle file on top). Each vs
-       ``cp`` + ``sync FILE`` of the .pt2 (the same bytes; push and bundle fsync what they write).
-s3     the same push and materialize against SeaweedFS (a fresh bucket per repetition) vs boto3
+local  ``build_bundle`` of the .pt2 into a .pt2b (writing its vetting verdicts, as ``pt2reg
+       bundle`` does); ``Registry.push`` into a fresh blob store, as on the machine that bundled:
+       its cache holds the bundler's verdicts (``registry.pt2.verdicts``), so the program check
+       is not run again; and "push, no verdict", the same into a fresh home whose cache is empty
+       (a bundle made elsewhere: the check runs). The SQLite database is created beforehand
+       (schema creation is a once-per-machine cost). Pull = ``Registry.materialize`` into an
+       empty cache (what ``registry.load`` does before deserializing; ``pt2reg pull -o`` would
+       write a bundle file on top). Each vs ``cp`` + ``sync FILE`` of the .pt2 (the same bytes;
+       push and bundle fsync what they write).
+s3     the same push (with the bundler's verdicts; without one it costs the check the local
+       "push, no verdict" row shows on top) and materialize against SeaweedFS (a fresh bucket
+       per repetition) vs boto3
        ``upload_file`` / ``download_file`` of the .pt2 with the default TransferConfig, the
        client created inside the timing on both sides.
 load   cold ``registry.load`` (ref, empty cache, local store) of a bundle signed by a key the
@@ -21,7 +27,8 @@ load   cold ``registry.load`` (ref, empty cache, local store) of a bundle signed
        warm ``registry.load`` (pinned digest, everything cached) vs ``torch.export.load``. The
        raw side loads the cached program member itself (a hard link named .pt2).
 rss    peak RSS (VmHWM) of a fresh process doing one operation (``_scale_worker.py``), minus
-       that of a process with the same imports doing nothing.
+       that of a process with the same imports doing nothing. Its pushes have no verdict (the
+       program check runs): the larger peak of the two.
 growth bytes the blob store grows by when the fine-tune is pushed after the base, as % of the
        fine-tune bundle's size (and, for reference, the share of bytes the fine-tune changed).
 Then "scaling": seconds per GiB of every operation on the 200 MiB program against the 2 GiB one
@@ -108,6 +115,8 @@ class Program:
     work: Path
     bundle: Path = Path()
     ft_bundle: Path = Path()
+    #: the client cache of the machine that bundled: holds the bundler's vetting verdicts
+    cache: Path = Path()
     lazy: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -141,10 +150,14 @@ def open_registry(home: Path, db: str | None = None, store: str | None = None, c
     return Registry(settings(home, db, store), cache_dir=cache)
 
 
-def build(out: Path, pt2: Path) -> None:
+def build(out: Path, pt2: Path, cache: Path | None = None) -> None:
+    """``build_bundle``; with ``cache`` (a client cache), its verdicts are written there, as
+    ``pt2reg bundle`` writes them to the home's cache."""
     from registry.bundler import ProgramInput, build_bundle
+    from registry.pt2.verdicts import verdicts_dir
 
-    build_bundle(out, [ProgramInput("model", pt2)], metadata={"benchmark": "scale"})
+    build_bundle(out, [ProgramInput("model", pt2)], metadata={"benchmark": "scale"},
+                 vetted_dir=verdicts_dir(cache) if cache is not None else None)
 
 
 def counter() -> Callable[[], int]:
@@ -194,11 +207,14 @@ def part_local(p: Program, reps: int, db: str, warm: Path) -> dict[str, list[flo
     n = counter()
     work = p.work
 
-    def push() -> None:
-        i = n()
-        with open_registry(work / f"push-home{i}", db, f"file://{work / f'push-store{i}'}") as reg:
-            result = reg.push(p.bundle, f"push-{p.name}-{i}")
-        assert result.uploaded_bytes >= 0.9 * p.bundle.stat().st_size, "push skipped blobs: not a fresh store"
+    def pusher(verdicts: bool) -> Callable[[], None]:
+        def push() -> None:
+            i = n()  # a fresh store; the bundling machine's cache (its verdicts), or an empty one
+            with open_registry(work / f"push-home{i}", db, f"file://{work / f'push-store{i}'}",
+                               cache=p.cache if verdicts else None) as reg:
+                result = reg.push(p.bundle, f"push-{p.name}-{i}")
+            assert result.uploaded_bytes >= 0.9 * p.bundle.stat().st_size, "push skipped blobs: not a fresh store"
+        return push
 
     def pull() -> None:
         with open_registry(home, db, store, cache=work / f"pull-cache{n()}") as reg:
@@ -209,7 +225,7 @@ def part_local(p: Program, reps: int, db: str, warm: Path) -> dict[str, list[flo
         run(["sync", str(work / "copy.pt2")])
 
     def between() -> None:
-        clear_glob(work, "push-home*", "push-store*", "pull-cache*", "copy.pt2", "timed.pt2b")
+        clear_glob(work, "push-home*", "push-store*", "pull-cache*", "copy.pt2", "timed.pt2b", "timed-cache")
         gc.collect()
 
     # warm-up on the tiny bundle: imports, the first bundling, the database's connections
@@ -217,8 +233,8 @@ def part_local(p: Program, reps: int, db: str, warm: Path) -> dict[str, list[flo
         reg.push(warm, f"warm-{p.name}")
         reg.materialize(f"warm-{p.name}@1")
     clear_glob(work, "warm-*")
-    cases = {"bundle": lambda: build(work / "timed.pt2b", p.pt2), "push": push, "pull": pull,
-             "cp+sync": cp_sync}
+    cases = {"bundle": lambda: build(work / "timed.pt2b", p.pt2, work / "timed-cache"), "push": pusher(True),
+             "push, no verdict": pusher(False), "pull": pull, "cp+sync": cp_sync}
     return side_by_side(reps, cases, between=between)
 
 
@@ -259,8 +275,8 @@ def part_s3(p: Program, reps: int, server: Any, db: str, warm: Path) -> dict[str
 
     def push() -> None:
         i, b = n(), fresh_bucket()
-        with open_registry(work / f"s3-push-home{i}", db, f"s3://{b}/reg") as reg:
-            reg.push(p.bundle, f"s3push-{p.name}-{i}")
+        with open_registry(work / f"s3-push-home{i}", db, f"s3://{b}/reg", cache=p.cache) as reg:
+            reg.push(p.bundle, f"s3push-{p.name}-{i}")  # bundled here: the bundler's verdicts
 
     def upload() -> None:
         b = fresh_bucket()
@@ -366,7 +382,8 @@ def part_rss(p: Program, reps: int, db: str, keys: tuple[Path, Path], server: An
         tasks: dict[str, Callable[[], float]] = {
             "baseline": lambda: worker("baseline", home=work / "rss-base"),
             "baseline-torch": lambda: worker("baseline-torch", home=work / "rss-base"),
-            "bundle": lambda: worker("bundle", home=work / "rss-base", pt2=p.pt2, out=work / "rss.pt2b"),
+            "bundle": lambda: worker("bundle", home=work / "rss-base", pt2=p.pt2, out=work / "rss.pt2b",
+                                     cache=work / "rss-bundle-cache"),
             "push, local": lambda: worker("push", home=work / "rss-push-home", db=db,
                                           store=f"file://{work / 'rss-push-store'}", bundle=p.bundle,
                                           name=f"rss-{p.name}-{rep}"),
@@ -421,13 +438,21 @@ def rows_for(p: Program, res: dict[str, Any]) -> list[Row]:
     if "local" in res:
         m = {k: median(v) for k, v in res["local"].items()}
         raw = m["cp+sync"]
-        for op, what in (("bundle", "bundle (build_bundle .pt2 -> .pt2b)"), ("push", "push, local store (fresh)"),
+        for op, what in (("bundle", "bundle (build_bundle .pt2 -> .pt2b)"),
+                         ("push", "push, local store (fresh; bundled on this machine: its verdicts)"),
                          ("pull", "pull, local store (materialize, empty cache)")):
             rows.append(ratio_row(f"{p.label}: {what}", m[op], raw, TARGET_LOCAL, "cp + sync",
                                   f"{p.size / MiB / m[op]:.0f} vs {p.size / MiB / raw:.0f} MiB/s"))
+        if "push, no verdict" in m:
+            op = "push, no verdict"
+            rows.append(ratio_row(f"{p.label}: push, local store (fresh; no verdict: a bundle from elsewhere, "
+                                  f"the program check runs)", m[op], raw, None, "cp + sync",
+                                  f"information; the check adds {m[op] - m['push']:.2f} s over the push "
+                                  f"with a verdict"))
     if "s3" in res:
         m = {k: median(v) for k, v in res["s3"].items()}
-        rows.append(ratio_row(f"{p.label}: push to S3 (SeaweedFS, fresh bucket)", m["push"], m["upload_file"],
+        rows.append(ratio_row(f"{p.label}: push to S3 (SeaweedFS, fresh bucket; the bundler's verdicts)",
+                              m["push"], m["upload_file"],
                               TARGET_S3, "upload_file",
                               f"{p.size / MiB / m['push']:.0f} vs {p.size / MiB / m['upload_file']:.0f} MiB/s"))
         rows.append(ratio_row(f"{p.label}: pull from S3 (materialize, empty cache)", m["pull"],
@@ -459,7 +484,8 @@ def rows_for(p: Program, res: dict[str, Any]) -> list[Row]:
             extra = pk[op] - b
             rows.append(Row(f"{p.label}: peak RSS above baseline, {op}", extra, unit="MiB",
                             target=f"< {TARGET_RSS_MIB:.0f} MiB", ok=extra < TARGET_RSS_MIB,
-                            note=f"baseline {b:.0f} MiB (same imports{', with torch' if with_torch else ''})"))
+                            note=f"baseline {b:.0f} MiB (same imports{', with torch' if with_torch else ''})"
+                                 + ("; no verdict: the program check runs" if op.startswith("push") else "")))
         rows.append(Row(f"{p.label}: peak RSS above baseline, cold registry.load (signed)",
                         pk["load, cold, signed"] - base_t, pk["torch.export.load().module()"] - base_t, unit="MiB",
                         note=f"raw = torch.export.load().module(); baseline with torch {base_t:.0f} MiB; "
@@ -478,6 +504,7 @@ def rows_for(p: Program, res: dict[str, Any]) -> list[Row]:
 SCALING = (  # (part, our case, raw case, label, per-byte target)
     ("local", "bundle", "cp+sync", "bundle", None),
     ("local", "push", "cp+sync", "push, local", TARGET_PER_BYTE),
+    ("local", "push, no verdict", "cp+sync", "push, local, no verdict", None),
     ("local", "pull", "cp+sync", "pull, local", TARGET_PER_BYTE),
     ("s3", "push", "upload_file", "push, S3", TARGET_PER_BYTE),
     ("s3", "pull", "download_file", "pull, S3", TARGET_PER_BYTE),
@@ -555,8 +582,8 @@ def main() -> None:
                 p = Program(n, files[n], work / n)
                 p.work.mkdir()
                 print(f"== {p.label}", flush=True)
-                p.bundle = p.work / "base.pt2b"
-                build(p.bundle, p.pt2)
+                p.bundle, p.cache = p.work / "base.pt2b", p.work / "bundler-cache"
+                build(p.bundle, p.pt2, p.cache)
                 if "growth" in args.parts:
                     p.ft_bundle = p.work / "ft.pt2b"
                     build(p.ft_bundle, p.files.ft)

@@ -29,6 +29,7 @@ from .format.manifest import AotiTarget, Manifest, Member, ProgramSpec, Sample, 
 from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import fill_holes, normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
+from .pt2.verdicts import pickled_of, program_kinds, write_verdict
 
 __all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
            "add_variants", "DEFAULT_RTOL", "DEFAULT_ATOL"]
@@ -111,6 +112,8 @@ class _Builder:
         self.normalized: dict[str, tuple[Path, Pt2Archive]] = {}  # program -> portable file
         self.where: dict[str, str] = {}                  # program -> the user's file (for errors)
         self.warnings: list[str] = []
+        # member path -> (kind, what it would unpickle) of each program member vetted here
+        self.vetted: dict[str, tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
 
     def add_file(self, path: str, local: Path, role: str, extra_spans: Sequence[tuple[int, int]] = (),
                  ranges: tuple[FileRange, ...] = ()) -> str:
@@ -183,6 +186,7 @@ class _Builder:
                 raise UsageError(f"program {name!r} given twice",
                                  hint="give an AOTInductor package the same name to add it as a variant")
             member = self.add_file(f"programs/{name}.pt2", norm, "program", ranges=ranges)
+            self.vetted[member] = ("exported_program", pickled_of(archive))
             from .runtime.torchrt import op_schema
 
             # the reader's description (JSON values) with the variants it lacks, then typed
@@ -208,8 +212,29 @@ class _Builder:
             portable = prog.portable
             member = self.add_file(f"programs/{src.name}.{vid}.pt2", norm, "aoti", _weights_in_blobs(
                 norm, self.whole_file(portable.member) if portable else self.normalized[src.name][0]))
+            self.vetted[member] = ("aoti", pickled_of(archive))
             prog = evolve(prog, variants=prog.variants + (Variant(vid, "aoti", member, inner_name, target),))
             self.programs[src.name] = prog
+
+    def write_verdicts(self, manifest: Manifest, vetted_dir: str | os.PathLike | None) -> None:
+        """Remember, in ``vetted_dir`` (``registry.pt2.verdicts``), that each program member
+        vetted here passed, under its final identity (only known once the bundle is written),
+        so the push and the first load of this bundle on this machine need not vet it again.
+
+        The check here is the one push and load run: ``open_pt2(canonical=True)`` on the
+        member's canonical bytes. ``dim_names`` only add Dim names to the description (no
+        check reads them, none is skipped without them), and the kind is the one they would
+        pass (a member whose manifest kind differs gets no verdict). The bytes checked are the
+        member's, except the weights a portable program's scratch file leaves as holes
+        (``normalize_pt2``): no check reads a payload's bytes, only its zip entry's size and
+        CRC, which the scratch file holds as the bundle does (its writer checks that CRC)."""
+        if vetted_dir is None:
+            return
+        kinds = program_kinds(manifest)
+        for path, (kind, (tensors, objects)) in self.vetted.items():
+            member = manifest.member(path)
+            if member is not None and kinds.get(path) == kind:
+                write_verdict(vetted_dir, member.digest, kind, tensors, objects)
 
 
 def _outside(ranges: Sequence[FileRange], local: Path) -> list[tuple[Path, int, int]]:
@@ -262,11 +287,15 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
                  rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                  torch_requirement: str | None = None, device_types: Sequence[str] | None = None,
                  build_info: Mapping[str, Any] | None = None, trust_pickle: bool = False,
-                 dim_names: Mapping[str | None, Mapping[str, str]] | None = None) -> BuildResult:
+                 dim_names: Mapping[str | None, Mapping[str, str]] | None = None,
+                 vetted_dir: str | os.PathLike | None = None) -> BuildResult:
     """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically.
 
     ``dim_names``: program -> {symbol (``s31``) or ``INPUT.D``: Dim name}; names are also
-    carried to other programs' inputs at the same position (``registry.format.dim_names``)."""
+    carried to other programs' inputs at the same position (``registry.format.dim_names``).
+    ``vetted_dir``: where this machine keeps vetting verdicts (``registry.pt2.verdicts``, the
+    client cache's ``vetted-programs``); each program member vetted here gets one, so pushing
+    or loading this bundle here does not vet it again."""
     if not programs:
         raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
     meta = {}
@@ -310,6 +339,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         sources = dict(b.ranges)
         manifest = write_bundle(out, draft, sources, build=dict(build_info) if build_info else None,
                                 fill_digests=True)
+        b.write_verdicts(manifest, vetted_dir)
         return BuildResult(out, manifest, tuple(b.warnings), tuple(dim_notes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -375,7 +405,8 @@ def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any]
                              dynamic_shapes: Mapping[str, Any] | None = None,
                              samples: Mapping[str, Sequence[Any]] | None = None,
                              metadata: Mapping[str, str] | None = None, **kwargs: Any) -> BuildResult:
-    """Bundle live ``ExportedProgram``s, keeping the user's ``Dim`` names.
+    """Bundle live ``ExportedProgram``s, keeping the user's ``Dim`` names (``kwargs``: those of
+    ``build_bundle``, ``vetted_dir`` included).
 
     >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds},
     ...                          samples={"encoder": [(tokens,)]})           # doctest: +SKIP
@@ -399,11 +430,14 @@ def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any]
 def add_variants(out: str | os.PathLike, manifest: Manifest, files: Mapping[str, Path],
                  packages: Sequence[tuple[str, str | os.PathLike]], *,
                  metadata: Mapping[str, str] | None = None,
-                 build_info: Mapping[str, Any] | None = None) -> BuildResult:
+                 build_info: Mapping[str, Any] | None = None,
+                 vetted_dir: str | os.PathLike | None = None) -> BuildResult:
     """A new bundle at ``out``: everything of ``manifest`` (its members are the verified local
     ``files``: programs, variants, golden samples, metadata, Dim names) plus each AOTInductor
     package of ``packages`` (``(program, path)``) as a variant of that program, its weights
-    chunked at the portable program's (``_weights_in_blobs``). ``metadata`` is merged in."""
+    chunked at the portable program's (``_weights_in_blobs``). ``metadata`` is merged in.
+    ``vetted_dir``: as for ``build_bundle``; only the packages added here are vetted (and get a
+    verdict), the manifest's own members are not read as programs."""
     out = Path(out)
     work = Path(tempfile.mkdtemp(prefix="pt2reg-variants-"))
     try:
@@ -426,6 +460,7 @@ def add_variants(out: str | os.PathLike, manifest: Manifest, files: Mapping[str,
         raw["metadata"] = {**raw["metadata"], **{str(k): str(v) for k, v in (metadata or {}).items()}}
         manifest = write_bundle(out, Manifest.from_raw(raw), dict(b.ranges),
                                 build=dict(build_info) if build_info else None, fill_digests=True)
+        b.write_verdicts(manifest, vetted_dir)
         return BuildResult(out, manifest, tuple(b.warnings))
     finally:
         shutil.rmtree(work, ignore_errors=True)

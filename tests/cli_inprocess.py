@@ -123,6 +123,6 @@ def push_unchecked(home: Path, bundle: Path, name: str, monkeypatch) -> None:
     from registry.config import Settings
 
     with monkeypatch.context() as m:
-        m.setattr(push_mod, "check_bundle_programs", lambda bundle: None)
+        m.setattr(push_mod, "check_bundle_programs", lambda bundle, **kw: None)
         m.setenv("PT2REG_HOME", str(home))
         Registry(Settings.resolve()).push(bundle, name)

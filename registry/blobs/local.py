@@ -133,7 +133,8 @@ class LocalBlobStore:
         try:
             try:
                 preallocate(fd, part.size)
-                got = hash_copy([Segment(src_fd, part.offset, part.size)], out_fd=fd, progress=progress)
+                got = hash_copy([Segment(src_fd, part.offset, part.size)], out_fd=fd, progress=progress,
+                                writeback=True)
             finally:
                 os.close(fd)
             if got.sha256 != part.digest[7:]:

@@ -40,7 +40,9 @@ def _program_arg(text: str) -> tuple[str | None, str]:
 @click.option("--trust-pickle", is_flag=True,
               help="Allow unpickling this file's pickled weights/constants to compute samples.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...], dims: tuple[str, ...],
+@pass_app
+def bundle(app: App, programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: tuple[str, ...],
+           dims: tuple[str, ...],
            rtol: float | None, atol: float | None, torch_requirement: str | None,
            device_types: tuple[str, ...], imports: tuple[str, ...], libraries: tuple[str, ...],
            trust_pickle: bool, as_json: bool) -> None:
@@ -59,9 +61,13 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
       --dim encoder:s31=batch --dim encoder:tokens.1=seq
     A name given to one program's input dim also names the other programs' input dim at the
     same position (input i, dim d) when its range is the same (printed as a note).
+
+    Each program checked here is remembered in the home's cache (cache/vetted-programs), so a
+    push or load of this bundle on this machine does not check it again.
     """
     from ..bundler import DEFAULT_ATOL, DEFAULT_RTOL, ProgramInput, SampleInput, build_bundle
     from ..client.provenance import build_info
+    from ..pt2.verdicts import verdicts_dir
 
     inputs = [ProgramInput(*_program_arg(p)) for p in programs]
     sample_inputs = []
@@ -87,7 +93,9 @@ def bundle(programs: tuple[str, ...], out: str, samples: tuple[str, ...], meta: 
                           rtol=DEFAULT_RTOL if rtol is None else rtol,
                           atol=DEFAULT_ATOL if atol is None else atol,
                           torch_requirement=torch_requirement, device_types=device_types or None,
-                          build_info=build_info(), trust_pickle=trust_pickle, dim_names=dim_names)
+                          build_info=build_info(), trust_pickle=trust_pickle, dim_names=dim_names,
+                          # the home's cache, where push and load look (no database is opened)
+                          vetted_dir=verdicts_dir(app.settings.cache_dir))
     if as_json:
         emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
                    "notes": list(result.notes),

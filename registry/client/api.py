@@ -17,6 +17,7 @@ from ..blobs.base import ProgressFn
 from ..config import Settings, actor, hostname
 from ..errors import NotFoundError, UsageError
 from ..format.bundle import BundleFile
+from ..pt2.verdicts import verdicts_dir
 from ..refs import Ref, validate_alias, validate_name
 from ..sources import AuditSpool, BlobCache, MaterializedBundle, materialize_file
 from .gc import GcResult, collect_garbage
@@ -151,7 +152,8 @@ class Registry:
 
             signatures.append(sign_digest(sign_key, opened.digest))
         return push_bundle(self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
-                           signatures=signatures, environment=publisher_environment(), progress=progress)
+                           signatures=signatures, environment=publisher_environment(), progress=progress,
+                           vetted_dir=verdicts_dir(self.cache_dir))  # bundle's and load's verdicts
 
     # -- resolve and fetch ----------------------------------------------------------------
     def resolve(self, ref: str | Ref) -> VersionRecord:

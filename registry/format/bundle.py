@@ -16,6 +16,8 @@ chunk hashed in the pass that copies it; the manifest, which leads the file, is 
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import zlib
@@ -76,24 +78,33 @@ class _Files:
         self._fds.clear()
 
 
-def _overlaps(ranges: Sequence[FileRange], start: int, size: int) -> list[tuple[int, int, int]]:
-    """(index of the range, offset in it, length) of each piece of ``[start, start+size)`` of
-    the concatenation of ``ranges``, in order."""
-    out, pos = [], 0
-    for i, r in enumerate(ranges):
-        lo, hi = max(start, pos), min(start + size, pos + r.size)
-        if lo < hi:
-            out.append((i, lo - pos, hi - lo))
-        pos += r.size
-        if pos >= start + size:
-            break
-    return out
+class _Concat:
+    """The concatenation of ``ranges``: where each span of it lies (a binary search over the
+    ranges' starts, so a member of thousands of ranges costs O(log n) per chunk)."""
+
+    def __init__(self, ranges: Sequence[FileRange]) -> None:
+        self.ranges = tuple(ranges)
+        self.starts = list(itertools.accumulate((r.size for r in self.ranges), initial=0))
+
+    def overlaps(self, start: int, size: int) -> list[tuple[int, int, int]]:
+        """(index of the range, offset in it, length) of each piece of ``[start, start+size)``,
+        in order."""
+        out = []
+        i = max(0, bisect.bisect_right(self.starts, start) - 1)
+        end = start + size
+        while i < len(self.ranges) and self.starts[i] < end:
+            pos = self.starts[i]
+            lo, hi = max(start, pos), min(end, pos + self.ranges[i].size)
+            if lo < hi:
+                out.append((i, lo - pos, hi - lo))
+            i += 1
+        return out
 
 
-def _slice(ranges: Sequence[FileRange], files: _Files, start: int, size: int) -> tuple[Segment, ...]:
-    """The segments holding bytes ``[start, start+size)`` of the concatenation of ``ranges``."""
-    return tuple(Segment(files.fd(ranges[i].path), ranges[i].offset + off, n)
-                 for i, off, n in _overlaps(ranges, start, size))
+def _slice(concat: _Concat, files: _Files, start: int, size: int) -> tuple[Segment, ...]:
+    """The segments holding bytes ``[start, start+size)`` of the concatenation."""
+    return tuple(Segment(files.fd(concat.ranges[i].path), concat.ranges[i].offset + off, n)
+                 for i, off, n in concat.overlaps(start, size))
 
 
 def _check_range_crcs(member: Member, ranges: Sequence[FileRange], jobs: Sequence[Job],
@@ -102,9 +113,10 @@ def _check_range_crcs(member: Member, ranges: Sequence[FileRange], jobs: Sequenc
     if not any(r.crc32 for r in ranges):
         return
     sums = [0] * len(ranges)
+    concat = _Concat(ranges)
     for job, result in zip(jobs, done):
         start = job.out_offset - jobs[0].out_offset
-        for (i, _off, n), crc in zip(_overlaps(ranges, start, sum(s.size for s in job.segments)),
+        for (i, _off, n), crc in zip(concat.overlaps(start, sum(s.size for s in job.segments)),
                                      result.segment_crcs):
             sums[i] = crc32_combine(sums[i], crc, n)
     for r, got in zip(ranges, sums):
@@ -135,7 +147,8 @@ def _mismatch(member: Member, where: str) -> Callable[[int, str], IntegrityError
 
 
 def _run_member_jobs(plan: Sequence[tuple[Member, list[Job]]], where: str, *, crc: bool = False,
-                     progress: Callable[[int], None] | None = None) -> list[list[Hashed]]:
+                     progress: Callable[[int], None] | None = None, writeback: bool = False
+                     ) -> list[list[Hashed]]:
     """Every job of every member on all cores, in one batch; the results grouped by member."""
     flat = [(m, k, j) for m, jobs in plan for k, j in enumerate(jobs)]
 
@@ -143,7 +156,8 @@ def _run_member_jobs(plan: Sequence[tuple[Member, list[Job]]], where: str, *, cr
         member, k, _job = flat[i]
         return _mismatch(member, where)(k, got)
 
-    results = hash_ranges([j for _m, _k, j in flat], crc=crc, progress=progress, mismatch=mismatch)
+    results = hash_ranges([j for _m, _k, j in flat], crc=crc, progress=progress, mismatch=mismatch,
+                          writeback=writeback)
     grouped, pos = [], 0
     for _m, jobs in plan:
         grouped.append(results[pos:pos + len(jobs)])
@@ -199,11 +213,12 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
                 if sum(r.size for r in ranges) != member.size:
                     raise IntegrityError(f"the data for member {member.path!r} is not {member.size} bytes",
                                          member=member.path)
-                plan.append((member, member_jobs(member, lambda a, n, r=ranges: _slice(r, files, a, n),
+                plan.append((member, member_jobs(member, lambda a, n, r=_Concat(ranges): _slice(r, files, a, n),
                                                  out_fd=fd, out_offset=places[member.path], check=check)))
                 planned.append(ranges)
             for (member, jobs), ranges, done in zip(plan, planned,
-                                                     _run_member_jobs(plan, "", crc=True, progress=progress)):
+                                                     _run_member_jobs(plan, "", crc=True, progress=progress,
+                                                                      writeback=True)):
                 _check_range_crcs(member, ranges, jobs, done)
                 results[member.path] = done
         finally:
@@ -277,7 +292,8 @@ def copy_member(member: Member, source: Sequence[FileRange], dest_fd: int | None
     if dest_fd is not None:
         preallocate(dest_fd, member.size)
     try:
-        jobs = member_jobs(member, lambda a, n: _slice(source, files, a, n), out_fd=dest_fd)
+        concat = _Concat(source)
+        jobs = member_jobs(member, lambda a, n: _slice(concat, files, a, n), out_fd=dest_fd)
         _run_member_jobs([(member, jobs)], where, progress=progress)
     finally:
         files.close()
@@ -361,7 +377,7 @@ class BundleFile:
         member's chunk list is its integrity), or an unchunked member's sha256."""
         files = _Files()
         try:
-            plan = [(m, member_jobs(m, lambda a, n, r=self._range(m): _slice(r, files, a, n))) for m in members]
+            plan = [(m, member_jobs(m, lambda a, n, r=_Concat(self._range(m)): _slice(r, files, a, n))) for m in members]
             _run_member_jobs(plan, f"{self.path}: ", progress=progress)
         finally:
             files.close()

@@ -17,6 +17,7 @@ from ..digests import canonical_json
 from ..errors import UnsafeArchiveError
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
+from .verdicts import program_kinds, read_verdict
 
 __all__ = ["Pt2Archive", "open_pt2", "SAMPLE_INPUTS_DIR", "DROPPED_MEMBERS", "CANONICAL_ROOT",
            "is_json_member"]
@@ -406,15 +407,22 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     )
 
 
-def check_bundle_programs(bundle: Any) -> None:
+def check_bundle_programs(bundle: Any, *, vetted_dir: str | os.PathLike | None = None) -> None:
     """Vet every program member of an opened ``BundleFile`` in place, as the loader will
     (canonical layout, allowlist, graph, payload sizes): a bundle whose programs torch would
     read differently from us is refused at push, before anything is uploaded. Pickled tensors
-    are left to the loader, which refuses them unless trusted."""
-    kinds = {v.member: v.kind for spec in bundle.manifest.programs.values() for v in spec.variants}
+    are left to the loader, which refuses them unless trusted.
+
+    ``vetted_dir`` (``registry.pt2.verdicts``): a member with a verdict there for its identity
+    (``Member.digest``), kind and this vetting code is not read. Only sound for a caller that
+    then uses nothing of the member but bytes it checks against that identity (push: every
+    chunk it stores is verified against the chunk list, see ``registry.client.push``). No
+    verdict is written here: what this reads is the file, which need not be that identity (a
+    file altered after bundling, or a chunk listed twice whose second copy no upload reads)."""
+    kinds = program_kinds(bundle.manifest)
     for member in bundle.manifest.members:
-        if member.role not in ("program", "aoti"):
+        kind = kinds.get(member.path)
+        if kind is None or read_verdict(vetted_dir, member.digest, kind) is not None:
             continue
         where = f"{bundle.path}: member {member.path}"
-        open_pt2(bundle.path, where=where, canonical=True, span=bundle.member_span(member.path),
-                 kind=kinds.get(member.path, "aoti" if member.role == "aoti" else "exported_program"))
+        open_pt2(bundle.path, where=where, canonical=True, span=bundle.member_span(member.path), kind=kind)

@@ -15,21 +15,18 @@ policy (``registry.client.trust``) is enforced by ``load`` before any of this.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..atomic import USER_FILE, atomic_write
-from ..constants import VERSION
-from ..digests import hex_of
 from .compat import CompatReport, Finding, check, pytree_classes_of
 from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
 from ..format.manifest import Manifest, ProgramSpec, Variant
+from ..pt2.verdicts import pickled_of, read_verdict, verdicts_dir, write_verdict
 from .inputs import call_arguments, check_constant, check_inputs, fill_baked_call, flat_count, without_constants
 from ..sources import MaterializedBundle
 from .target import Target
@@ -225,10 +222,11 @@ def _vet(src: MaterializedBundle, report: CompatReport, verdicts: Path | None = 
     program's member; returns what each would unpickle, as the reader found it (each chosen
     member is read once per check or load, the other variants not at all).
 
-    With ``verdicts`` (a directory of the client cache), a member that passed is remembered by
-    its digest and the code that vetted it: its bytes come from the verified cache, so a later
-    load of the same content by the same code skips the graph checks (their cost grows with the
-    graph: ~0.25 ms per tensor, seconds for a program of 10,000 tensors)."""
+    With ``verdicts`` (a directory of the client cache, ``registry.pt2.verdicts``), a member
+    that passed is remembered by its digest, kind and the code that vetted it: its bytes come
+    from the verified cache, so a later load of the same content by the same code (or the first
+    load on the machine that bundled or pushed it) skips the graph checks (their cost grows
+    with the graph: ~0.1 ms per tensor, a second for a program of 10,000 tensors)."""
     from ..pt2.reader import open_pt2
 
     out = []
@@ -237,57 +235,17 @@ def _vet(src: MaterializedBundle, report: CompatReport, verdicts: Path | None = 
         if variant is None:
             continue
         member = src.manifest.member(variant.member)
-        record = verdicts / f"{hex_of(member.digest)}.json" if verdicts is not None and member else None
-        known = _read_verdict(record, variant.kind)
+        digest = member.digest if member else None
+        known = read_verdict(verdicts, digest, variant.kind)
         if known is not None:
             out.append(_Vetted(name, variant.member, *known))
             continue
         where = f"program {name!r} ({variant.member})"
         archive = open_pt2(src.member_file(variant.member), where=where, canonical=True, kind=variant.kind)
-        objects = tuple(archive.pickled_objects)
-        tensors = tuple(m for m in archive.pickled if m not in objects)
+        tensors, objects = pickled_of(archive)
         out.append(_Vetted(name, variant.member, tensors, objects))
-        _write_verdict(record, variant.kind, tensors, objects)
+        write_verdict(verdicts, digest, variant.kind, tensors, objects)
     return out
-
-
-@lru_cache(maxsize=1)
-def _vetting_code() -> str:
-    """A digest of the code that vets programs (``registry/pt2``: the reader, the graph checks
-    and their checked-in grammars): a verdict holds only for the code that reached it."""
-    import hashlib
-
-    from .. import pt2
-
-    h = hashlib.sha256(VERSION.encode())
-    root = Path(pt2.__file__).resolve().parent
-    for f in sorted(root.iterdir()):
-        if f.suffix in (".py", ".json"):
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
-
-
-def _read_verdict(record: Path | None, kind: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    if record is None:
-        return None
-    try:
-        value = json.loads(record.read_text("utf-8"))
-        if value["code"] != _vetting_code() or value["kind"] != kind:
-            return None
-        return tuple(map(str, value["tensors"])), tuple(map(str, value["objects"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_verdict(record: Path | None, kind: str, tensors: tuple[str, ...], objects: tuple[str, ...]) -> None:
-    if record is None:
-        return
-    try:
-        with atomic_write(record, fsync=False) as f:
-            f.write(json.dumps({"code": _vetting_code(), "kind": kind, "tensors": list(tensors),
-                                "objects": list(objects)}).encode("utf-8"))
-    except OSError:
-        pass  # a cache that cannot be written costs the next load the check, nothing more
 
 
 def _pickle_message(name: str, member: str, entries: Sequence[str], what: str = "pickled data") -> str:
@@ -409,7 +367,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     # whatever the flags: torch reads only vetted bytes. A forged member makes the whole bundle
     # suspect (every chosen variant is vetted); a pickled one blocks only its own program.
     config = sandbox if sandbox is not None else _default_sandbox()
-    for v in _vet(src, report, config.vetted_dir.parent / "vetted-programs"):
+    for v in _vet(src, report, verdicts_dir(config.vetted_dir.parent)):  # the client cache's
         if v.program not in wanted:
             continue
         if v.objects:

@@ -183,7 +183,7 @@ def test_a_vetting_verdict_is_reused_only_for_the_same_content_and_code(pickled,
     """A load remembers that a member passed the graph checks (by its digest and the vetting
     code's); the next load of that content skips them, and still refuses what the first refused."""
     import registry.pt2.reader as reader
-    from registry.runtime import loader
+    from registry.pt2 import verdicts
     from registry.runtime.sandbox import SandboxConfig
 
     calls = []
@@ -196,7 +196,7 @@ def test_a_vetting_verdict_is_reused_only_for_the_same_content_and_code(pickled,
     assert first >= 1
     load_bundle(src, device="cpu", sandbox=config)
     assert len(calls) == first                                   # same content, same code: reused
-    monkeypatch.setattr(loader, "_vetting_code", lambda: "other code")
+    monkeypatch.setattr(verdicts, "vetting_code", lambda: "other code")
     load_bundle(src, device="cpu", sandbox=config)
     assert len(calls) == 2 * first                               # other code: vetted again
     monkeypatch.undo()
