@@ -32,7 +32,7 @@ from .pt2.reader import Pt2Archive, open_pt2
 from .pt2.verdicts import pickled_of, program_kinds, write_verdict
 
 __all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
-           "add_variants", "DEFAULT_RTOL", "DEFAULT_ATOL"]
+           "add_variants", "aoti_target", "aoti_variant_id", "DEFAULT_RTOL", "DEFAULT_ATOL"]
 
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
@@ -76,7 +76,7 @@ def _check_ident(name: str, what: str) -> str:
     return name
 
 
-def _aoti_target(meta: Mapping[str, str]) -> AotiTarget:
+def aoti_target(meta: Mapping[str, str]) -> AotiTarget:
     """The variant's target from the package's AOTI_* metadata (every key written, None or not)."""
     return evolve(AotiTarget(present=frozenset()),
                   device_key=meta.get("AOTI_DEVICE_KEY", "cpu") or "cpu",
@@ -86,7 +86,7 @@ def _aoti_target(meta: Mapping[str, str]) -> AotiTarget:
                   cpu_isa=meta.get("AOTI_CPU_ISA") or None)
 
 
-def _variant_id(target: AotiTarget) -> str:
+def aoti_variant_id(target: AotiTarget) -> str:
     key = target.device_key
     if target.compute_capability:
         return f"aoti-{key}-sm{target.compute_capability}"
@@ -205,8 +205,8 @@ class _Builder:
                              f"portable program NAME=PROGRAM.pt2 it was compiled from")
         prog = self.programs[src.name]
         for inner_name, info in archive.aoti.items():
-            target = _aoti_target(info["metadata"])
-            vid = _check_ident(_variant_id(target), "variant id")
+            target = aoti_target(info["metadata"])
+            vid = _check_ident(aoti_variant_id(target), "variant id")
             if prog.variant(vid) is not None:
                 raise UsageError(f"program {src.name!r} already has a variant for {vid}")
             portable = prog.portable

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from ..digests import canonical_json
 from ..errors import UsageError
-from ..format.signing import _load_private, generate_keypair, key_id_of, public_key_from_pem
+from ..format.signing import load_private_key, generate_keypair, key_id_of, public_key_from_pem
 
 __all__ = ["ENV_SIGNING_KEY", "DEFAULT_KEY_FILE", "HEAD_DOMAIN", "key_path", "load_or_create",
            "public_pem", "server_key_id", "head_message", "sign_head", "check_heads",
@@ -51,7 +51,7 @@ def load_or_create(path: Path, may_create: bool) -> Any:
         generate_keypair(base)
         path = Path(f"{base}.key")
     _private_mode(path)
-    return _load_private(path)
+    return load_private_key(path)
 
 
 def _private_mode(path: Path) -> None:
@@ -62,7 +62,7 @@ def _private_mode(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except OSError:
-        return  # _load_private reports the unreadable file
+        return  # load_private_key reports the unreadable file
     if mode & 0o077:
         raise UsageError(f"signing key {path} is accessible by group or others (mode "
                          f"{mode & 0o777:04o}); refusing to use it",

@@ -21,7 +21,8 @@ from typing import Any, Iterable
 from ..errors import NotFoundError, SignatureError, UsageError
 
 __all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of",
-           "public_key_from_pem", "valid_signer", "read_public_key_file", "public_pem_of"]
+           "public_key_from_pem", "valid_signer", "read_public_key_file", "public_pem_of",
+           "load_private_key"]
 
 _DOMAIN = b"pt2-registry/bundle/v1\n"
 ALGORITHM = "ed25519"
@@ -110,7 +111,8 @@ def check_signature_entries(digest: str, signatures: Iterable[Any]) -> list[dict
     return out
 
 
-def _load_private(path: str | os.PathLike) -> Any:
+def load_private_key(path: str | os.PathLike) -> Any:
+    """The Ed25519 private key in the PEM file ``path`` (unencrypted PKCS#8)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -182,7 +184,7 @@ def valid_signer(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[s
 
 
 def sign_digest(key_path: str | os.PathLike, digest: str) -> dict[str, str]:
-    key = _load_private(key_path)
+    key = load_private_key(key_path)
     sig = key.sign(_message(digest))
     return {"algorithm": ALGORITHM, "key_id": key_id_of(key.public_key()), "digest": digest,
             "signature": base64.b64encode(sig).decode("ascii")}
@@ -217,5 +219,5 @@ def public_pem_of(key_path: str | os.PathLike) -> str:
     """The public key (SubjectPublicKeyInfo PEM text) of the private key at ``key_path``."""
     from cryptography.hazmat.primitives import serialization
 
-    return _load_private(key_path).public_key().public_bytes(
+    return load_private_key(key_path).public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode("ascii")

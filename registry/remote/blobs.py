@@ -36,7 +36,7 @@ from ..digests import sha256_bytes
 from ..constants import VERSION
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
 from ..refs import validate_digest
-from .http import ATTEMPTS, BACKOFF, TIMEOUT, HttpClient, _redacted, same_origin
+from .http import ATTEMPTS, BACKOFF, TIMEOUT, HttpClient, without_query, same_origin
 from .meta import SERVER_SIDE_HINT
 
 __all__ = ["HttpBlobStore", "Target", "TRANSFERS", "READ_SIZE", "STREAM_ATTEMPTS"]
@@ -385,12 +385,12 @@ class HttpBlobStore:
                                           preload_content=False, decode_content=False)
         except urllib3.exceptions.HTTPError as exc:  # retries spent (the reason names no query)
             reason = getattr(exc, "reason", None) or exc
-            raise StoreError(f"a blob transfer to {_redacted(url)} failed: {brief(reason)}",
+            raise StoreError(f"a blob transfer to {without_query(url)} failed: {brief(reason)}",
                              hint="try again; the registry hands out a fresh URL each time") from exc
         if answer.status >= 400 and answer.status != 403:
             answer.close()
             answer.release_conn()
-            raise StoreError(f"the blob store refused GET {_redacted(url)} (HTTP {answer.status})",
+            raise StoreError(f"the blob store refused GET {without_query(url)} (HTTP {answer.status})",
                              hint="the presigned URL may have expired: try again")
         return _Presigned(answer)
 

@@ -30,7 +30,7 @@ from ..config import normalize_url
 from ..constants import ENV_URL, VERSION
 from ..errors import NotAuthenticatedError, RegistryError, StoreError, UsageError, brief
 
-__all__ = ["HttpClient", "error_from_body", "normalize_url", "same_origin", "TIMEOUT", "ATTEMPTS"]
+__all__ = ["HttpClient", "error_from_body", "normalize_url", "same_origin", "without_query", "TIMEOUT", "ATTEMPTS"]
 
 T = TypeVar("T")
 
@@ -215,7 +215,7 @@ class HttpClient:
         if same_origin(url, self.base_url):
             return StoreError(f"cannot reach the registry at {self.base_url}: {_reason(exc)}",
                               hint=_CONNECTION_HINT)
-        return StoreError(f"a blob transfer to {_redacted(url)} failed: {_reason(exc)}",
+        return StoreError(f"a blob transfer to {without_query(url)} failed: {_reason(exc)}",
                           hint="try again; the registry hands out a fresh URL each time")
 
     def _error(self, response: httpx.Response, url: str) -> RegistryError:
@@ -228,7 +228,7 @@ class HttpClient:
         finally:
             response.close()
         if not same_origin(url, self.base_url):  # the bucket answered (a presigned URL)
-            return StoreError(f"the blob store refused {response.request.method} {_redacted(url)} "
+            return StoreError(f"the blob store refused {response.request.method} {without_query(url)} "
                               f"(HTTP {response.status_code})",
                               hint="the presigned URL may have expired: try again")
         return error_from_body(response.status_code, body, self.base_url)
@@ -266,7 +266,7 @@ def _reason(exc: Exception) -> str:
     return brief(exc) if str(exc).strip() else type(exc).__name__
 
 
-def _redacted(url: str) -> str:
+def without_query(url: str) -> str:
     """A URL without its query (a presigned URL's query is its signature)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"

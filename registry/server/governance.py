@@ -18,7 +18,7 @@ from ..refs import validate_alias, validate_name
 from ..remote.wire import encode
 from . import fields
 from .auth import Call, on_model, on_scope
-from .routes import _body, _state
+from .routes import json_body_doc, server_state
 
 __all__ = ["router"]
 
@@ -34,12 +34,12 @@ def _texts(body: dict[str, Any], key: str, limit: int) -> list[str]:
 
 
 @router.put("/v1/policies", tags=["governance"],
-            openapi_extra=_body(name="string", alias="string", role_scope="string", signers="array",
+            openapi_extra=json_body_doc(name="string", alias="string", role_scope="string", signers="array",
                                 attestations="array", immutable="boolean", host="string"))
 def set_policy(request: Request, call: Call = on_scope(ADMIN)) -> Any:
     """Create or replace the policy on one alias (``signers``: Ed25519 public keys, PEM)."""
     body = call.body
-    return encode(_state(request).meta.set_policy(
+    return encode(server_state(request).meta.set_policy(
         validate_name(fields.text(body, "name")), validate_alias(fields.text(body, "alias")),
         role_scope=fields.opt_text(body, "role_scope"), signers=_texts(body, "signers", 16),
         attestations=_texts(body, "attestations", 32), immutable=fields.flag(body, "immutable"),
@@ -49,17 +49,17 @@ def set_policy(request: Request, call: Call = on_scope(ADMIN)) -> Any:
 @router.delete("/v1/policies", tags=["governance"])
 def remove_policy(request: Request, name: str, alias: str, host: str | None = None,
                   call: Call = on_scope(ADMIN)) -> Any:
-    return encode(_state(request).meta.remove_policy(validate_name(name), validate_alias(alias),
+    return encode(server_state(request).meta.remove_policy(validate_name(name), validate_alias(alias),
                                                      **call.writer()))
 
 
 @router.get("/v1/policies", tags=["governance"])
 def policies(request: Request, name: str, call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
-    return {"policies": encode(_state(request).meta.policies(name))}
+    return {"policies": encode(server_state(request).meta.policies(name))}
 
 
 @router.post("/v1/attestations", tags=["governance"],
-             openapi_extra=_body(name="string", number="integer", label="string", passed="boolean",
+             openapi_extra=json_body_doc(name="string", number="integer", label="string", passed="boolean",
                                  device="string", target="object", results="array", error="string",
                                  signature="object", public_key="string", host="string"))
 def record_attestation(request: Request, call: Call = on_model("attest", "body:name")) -> Any:
@@ -68,7 +68,7 @@ def record_attestation(request: Request, call: Call = on_model("attest", "body:n
     passed = body.get("passed")
     if not isinstance(passed, bool):
         raise UsageError("'passed' must be true or false")
-    return encode(_state(request).meta.record_attestation(
+    return encode(server_state(request).meta.record_attestation(
         validate_name(fields.text(body, "name")), fields.number(body, "number"),
         label=fields.text(body, "label", max_len=64), passed=passed,
         device=fields.text(body, "device", max_len=64), target=fields.mapping(body, "target"),
@@ -80,4 +80,4 @@ def record_attestation(request: Request, call: Call = on_model("attest", "body:n
 @router.get("/v1/attestations", tags=["governance"])
 def attestations(request: Request, name: str, number: int,
                  call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
-    return {"attestations": encode(_state(request).meta.attestations(name, number))}
+    return {"attestations": encode(server_state(request).meta.attestations(name, number))}

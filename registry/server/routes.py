@@ -25,18 +25,18 @@ from . import blobio, fields
 from .auth import Call, authenticated, on_blobs, on_model, on_scope, public
 from .state import ServerState
 
-__all__ = ["router"]
+__all__ = ["router", "server_state", "json_body_doc", "redacted_node"]
 
 router = APIRouter()
 _EVENT_ACTIONS = ("pull", "load")
 _DIRECTIONS = ("ancestors", "descendants")
 
 
-def _state(request: Request) -> ServerState:
+def server_state(request: Request) -> ServerState:
     return request.app.state.registry
 
 
-def _body(**props: str) -> dict[str, Any]:
+def json_body_doc(**props: str) -> dict[str, Any]:
     """OpenAPI ``requestBody`` for a JSON body read by the route (``name="string"`` ...)."""
     def schema(kind: str) -> dict[str, Any]:
         return {"type": "array", "items": {}} if kind == "array" else {"type": kind}
@@ -56,7 +56,7 @@ def healthz(call: Call = public()) -> dict[str, Any]:
 @router.get("/readyz", tags=["health"])
 def readyz(request: Request, call: Call = public()) -> Any:
     """Ready when the database answers and its schema is at head (503 otherwise)."""
-    ensure_schema(_state(request).meta.engine, auto_create=False)
+    ensure_schema(server_state(request).meta.engine, auto_create=False)
     return {"ok": True, "schema": HEAD_REVISION}
 
 
@@ -77,13 +77,13 @@ def whoami(call: Call = authenticated()) -> dict[str, Any]:
 @router.get("/v1/now", tags=["access"])
 def now(request: Request, call: Call = authenticated()) -> dict[str, Any]:
     """The database's clock (push claims are judged by it)."""
-    return {"now": encode(_state(request).meta.db_now())}
+    return {"now": encode(server_state(request).meta.db_now())}
 
 
 @router.get("/v1/stats", tags=["admin"])
 def stats(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
     """Blob bytes this process streamed itself, and presigned URLs it signed."""
-    return _state(request).counters.snapshot()
+    return server_state(request).counters.snapshot()
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -91,30 +91,30 @@ def stats(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
 @router.get("/v1/models", tags=["models"])
 def models(request: Request, call: Call = authenticated()) -> dict[str, Any]:
     """The models this token may pull."""
-    return {"models": [encode(m) for m in _state(request).meta.list_models()
+    return {"models": [encode(m) for m in server_state(request).meta.list_models()
                        if call.who.allows("pull", m.name)]}
 
 
 @router.get("/v1/versions", tags=["models"])
 def versions(request: Request, name: str, call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
-    return {"versions": encode(_state(request).meta.list_versions(name))}
+    return {"versions": encode(server_state(request).meta.list_versions(name))}
 
 
 @router.get("/v1/resolve", tags=["models"])
 def resolve(request: Request, ref: str, call: Call = on_model("pull", "query:ref")) -> Any:
-    return encode(_state(request).meta.resolve(Ref.parse(ref)))
+    return encode(server_state(request).meta.resolve(Ref.parse(ref)))
 
 
 @router.get("/v1/build", tags=["models"])
 def build(request: Request, name: str, number: int,
           call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
-    return {"build": _state(request).meta.build_info(name, number)}
+    return {"build": server_state(request).meta.build_info(name, number)}
 
 
 @router.get("/v1/signatures", tags=["models"])
 def signatures(request: Request, name: str, number: int,
                call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
-    return {"signatures": encode(_state(request).meta.signatures(name, number))}
+    return {"signatures": encode(server_state(request).meta.signatures(name, number))}
 
 
 @router.get("/v1/alias-at", tags=["models"])
@@ -122,10 +122,10 @@ def alias_at(request: Request, name: str, alias: str, when: str,
              call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
     at = fields.when(when, "when")
     assert at is not None
-    return {"number": _state(request).meta.alias_at(name, validate_alias(alias), at)}
+    return {"number": server_state(request).meta.alias_at(name, validate_alias(alias), at)}
 
 
-def _redacted(node: LineageNode, call: Call) -> LineageNode:
+def redacted_node(node: LineageNode, call: Call) -> LineageNode:
     """A node of a model the token may not pull: its place in the graph, nothing else."""
     if call.who.allows("pull", node.name):
         return dataclasses.replace(node, edges=[_edge_redacted(e, call) for e in node.edges])
@@ -152,9 +152,9 @@ def lineage(request: Request, name: str, number: int, direction: str = "ancestor
     """Ancestors or descendants; nodes of models the token may not pull are redacted."""
     if direction not in _DIRECTIONS:
         raise UsageError(f"invalid direction {direction!r}", hint="ancestors or descendants")
-    meta = _state(request).meta
+    meta = server_state(request).meta
     nodes = meta.ancestors(name, number) if direction == "ancestors" else meta.descendants(name, number)
-    return {"nodes": encode([_redacted(n, call) for n in nodes])}
+    return {"nodes": encode([redacted_node(n, call) for n in nodes])}
 
 
 @router.get("/v1/lineage/dataset", tags=["lineage"])
@@ -165,14 +165,14 @@ def dataset_lineage(request: Request, uri: str, digest: str | None = None,
         raise UsageError("dataset URI is longer than 4096 characters")
     if digest is not None:
         validate_digest(digest)
-    nodes = _state(request).meta.versions_from_dataset(uri, digest=digest)
-    return {"nodes": encode([_redacted(n, call) for n in nodes if call.who.allows("pull", n.name)])}
+    nodes = server_state(request).meta.versions_from_dataset(uri, digest=digest)
+    return {"nodes": encode([redacted_node(n, call) for n in nodes if call.who.allows("pull", n.name)])}
 
 
 # -- writes -----------------------------------------------------------------------------------
 
 @router.post("/v1/publish", tags=["models"],
-             openapi_extra=_body(name="string", digest="string", manifest_json="string",
+             openapi_extra=json_body_doc(name="string", digest="string", manifest_json="string",
                                  size="integer", blobs="array", aliases="array", metadata="object",
                                  build="object", lineage="array", signatures="array",
                                  environment="object", host="string", ref_for_audit="string",
@@ -181,7 +181,7 @@ def publish(request: Request,
             call: Call = on_model("push", "body:name", also=(("alias", "aliases"),))) -> dict[str, Any]:
     """Record a version once every blob it names is stored (checked under the store's gc
     lock, so a version never becomes visible with a blob missing or unverified)."""
-    state = _state(request)
+    state = server_state(request)
     body = call.body
     name = validate_name(fields.text(body, "name"))
     digest = validate_digest(fields.text(body, "digest"))
@@ -258,11 +258,11 @@ def _require_readable_blobs(state: ServerState, call: Call, name: str, digests: 
 
 
 @router.put("/v1/alias", tags=["models"],
-             openapi_extra=_body(name="string", alias="string", number="integer", host="string",
+             openapi_extra=json_body_doc(name="string", alias="string", number="integer", host="string",
                                  ref_for_audit="string"))
 def set_alias(request: Request, call: Call = on_model("alias", "body:name")) -> Any:
     body = call.body
-    return encode(_state(request).meta.set_alias(
+    return encode(server_state(request).meta.set_alias(
         validate_name(fields.text(body, "name")), validate_alias(fields.text(body, "alias")),
         fields.number(body, "number"), ref_for_audit=fields.opt_text(body, "ref_for_audit"),
         identity=call.who, **call.writer()))
@@ -271,23 +271,23 @@ def set_alias(request: Request, call: Call = on_model("alias", "body:name")) -> 
 @router.delete("/v1/alias", tags=["models"])
 def remove_alias(request: Request, name: str, alias: str, ref_for_audit: str | None = None,
                  host: str | None = None, call: Call = on_model("alias", "query:name")) -> Any:
-    return encode(_state(request).meta.remove_alias(
+    return encode(server_state(request).meta.remove_alias(
         name, validate_alias(alias), ref_for_audit=ref_for_audit, identity=call.who, **call.writer()))
 
 
 @router.post("/v1/status", tags=["models"],
-             openapi_extra=_body(name="string", number="integer", status="string", reason="string",
+             openapi_extra=json_body_doc(name="string", number="integer", status="string", reason="string",
                                  host="string", ref_for_audit="string"))
 def set_status(request: Request, call: Call = on_model("yank", "body:name")) -> Any:
     body = call.body
-    return encode(_state(request).meta.set_status(
+    return encode(server_state(request).meta.set_status(
         validate_name(fields.text(body, "name")), fields.number(body, "number"),
         fields.text(body, "status"), fields.opt_text(body, "reason"),
         ref_for_audit=fields.opt_text(body, "ref_for_audit"), **call.writer()))
 
 
 @router.post("/v1/events", tags=["audit"],
-             openapi_extra=_body(action="string", model="string", number="integer", digest="string",
+             openapi_extra=json_body_doc(action="string", model="string", number="integer", digest="string",
                                  ref="string", host="string", details="object"))
 def record_event(request: Request, call: Call = on_model("pull", "body:model")) -> Any:
     """A pull or load of a version (the events a client records that change no state)."""
@@ -298,7 +298,7 @@ def record_event(request: Request, call: Call = on_model("pull", "body:model")) 
                          hint="pull or load")
     digest = fields.opt_text(body, "digest")
     details = {**fields.mapping(body, "details"), **call.audit_details()}
-    return encode(_state(request).meta.record_event(
+    return encode(server_state(request).meta.record_event(
         action, actor=call.who.owner, host=call.host(), model=validate_name(fields.text(body, "model")),
         number=fields.opt_number(body, "number"),
         digest=validate_digest(digest) if digest is not None else None,
@@ -312,7 +312,7 @@ def audit_events(request: Request, model: str | None = None, since: str | None =
                  call: Call = on_scope(AUDIT_READ)) -> dict[str, Any]:
     if model is not None:
         validate_name(model)
-    events = _state(request).meta.events(model=model, since=fields.when(since, "since"))
+    events = server_state(request).meta.events(model=model, since=fields.when(since, "since"))
     return {"events": encode(events)}
 
 
@@ -321,35 +321,35 @@ def audit_hashes(request: Request, seqs: str = "", call: Call = on_scope(AUDIT_R
     wanted = [s.strip() for s in seqs.split(",") if s.strip()]
     if len(wanted) > 10_000 or not all(s.isdigit() and len(s) < 19 for s in wanted):
         raise UsageError("seqs must be at most 10000 comma-separated event numbers")
-    head, found = _state(request).meta.audit_hashes([int(s) for s in wanted])
+    head, found = server_state(request).meta.audit_hashes([int(s) for s in wanted])
     return {"head": list(head) if head else None, "found": {str(k): v for k, v in found.items()}}
 
 
 @router.get("/v1/audit/verify", tags=["audit"])
 def audit_verify(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
-    return encode(_state(request).meta.verify_audit_chain())
+    return encode(server_state(request).meta.verify_audit_chain())
 
 
 @router.get("/v1/audit/contents", tags=["audit"])
 def audit_contents(request: Request, call: Call = on_scope(AUDIT_READ)) -> Any:
-    verdict = _state(request).meta.verify_version_contents()
+    verdict = server_state(request).meta.verify_version_contents()
     return JSONResponse(encode(verdict) if verdict is not None else None)
 
 
 # -- push claims and gc -----------------------------------------------------------------------
 
 @router.post("/v1/pending", tags=["push"],
-             openapi_extra=_body(blobs="array", host="string", pid="integer", name="string"))
+             openapi_extra=json_body_doc(blobs="array", host="string", pid="integer", name="string"))
 def begin_pending(request: Request,
                   call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
     """Claim blobs a push is uploading. The claim's host reads ``remote:t<token id>:<host>``:
     gc judges a remote claim by its heartbeats (never by a process id on the server's own
     machine), and only the token that made a claim (or an admin) may refresh or end it."""
     body = call.body
-    limit = _state(request).limits.batch_items
+    limit = server_state(request).limits.batch_items
     blobs = [validate_digest(d) for d in fields.items(body, "blobs", limit=limit)]
     pid = fields.number(body, "pid")
-    claim = _state(request).meta.begin_pending(blobs, f"{_claim_prefix(call)}{call.host()}"[:256], pid)
+    claim = server_state(request).meta.begin_pending(blobs, f"{_claim_prefix(call)}{call.host()}"[:256], pid)
     return {"id": claim}
 
 
@@ -361,7 +361,7 @@ def _own_claim(request: Request, call: Call, claim_id: int) -> None:
     """AccessDeniedError when the claim exists and another token made it (admins may)."""
     if call.who.is_admin:
         return
-    for claim in _state(request).meta.pending_claims():
+    for claim in server_state(request).meta.pending_claims():
         if claim.id == claim_id and not claim.host.startswith(_claim_prefix(call)):
             raise AccessDeniedError(f"push claim {claim_id} belongs to another token",
                                     scope="admin", hint="a push refreshes and ends only its own claim")
@@ -370,23 +370,23 @@ def _own_claim(request: Request, call: Call, claim_id: int) -> None:
 @router.post("/v1/pending/{claim_id}/heartbeat", tags=["push"])
 def heartbeat_pending(request: Request, claim_id: int, call: Call = on_model("push")) -> dict[str, Any]:
     _own_claim(request, call, claim_id)
-    return {"alive": _state(request).meta.heartbeat_pending(claim_id)}
+    return {"alive": server_state(request).meta.heartbeat_pending(claim_id)}
 
 
 @router.delete("/v1/pending/{claim_id}", tags=["push"])
 def end_pending(request: Request, claim_id: int, call: Call = on_model("push")) -> dict[str, Any]:
     _own_claim(request, call, claim_id)
-    _state(request).meta.end_pending(claim_id)
+    server_state(request).meta.end_pending(claim_id)
     return {}
 
 
 @router.post("/v1/gc", tags=["admin"],
-             openapi_extra=_body(dry_run="boolean", grace_seconds="number", host="string"))
+             openapi_extra=json_body_doc(dry_run="boolean", grace_seconds="number", host="string"))
 def gc(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
     """Collect garbage on the server's stores, audited as the token's owner."""
     from ..client.gc import collect_garbage
 
-    state = _state(request)
+    state = server_state(request)
     grace = call.body.get("grace_seconds", 0.0)
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
         raise UsageError("grace_seconds must be a number of seconds >= 0")
@@ -398,13 +398,13 @@ def gc(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
 # -- tokens -----------------------------------------------------------------------------------
 
 @router.post("/v1/tokens", tags=["admin"],
-             openapi_extra=_body(owner="string", scopes="array", expires_at="string", host="string"))
+             openapi_extra=json_body_doc(owner="string", scopes="array", expires_at="string", host="string"))
 def create_token(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
     body = call.body
     scopes = fields.items(body, "scopes", limit=100)
     if not all(isinstance(s, str) for s in scopes):
         raise UsageError("'scopes' must be a list of scope strings")
-    record, secret = _state(request).meta.create_token(
+    record, secret = server_state(request).meta.create_token(
         fields.text(body, "owner", max_len=64), scopes,
         expires_at=fields.when(fields.opt_text(body, "expires_at"), "expires_at"), **call.writer())
     return {"token": encode(record), "secret": secret}
@@ -412,13 +412,13 @@ def create_token(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, An
 
 @router.get("/v1/tokens", tags=["admin"])
 def list_tokens(request: Request, call: Call = on_scope(ADMIN)) -> dict[str, Any]:
-    return {"tokens": encode(_state(request).meta.list_tokens())}
+    return {"tokens": encode(server_state(request).meta.list_tokens())}
 
 
 @router.delete("/v1/tokens/{token_id}", tags=["admin"])
 def revoke_token(request: Request, token_id: int, host: str | None = None,
                  call: Call = on_scope(ADMIN)) -> Any:
-    return encode(_state(request).meta.revoke_token(token_id, **call.writer()))
+    return encode(server_state(request).meta.revoke_token(token_id, **call.writer()))
 
 
 # -- blobs ------------------------------------------------------------------------------------
@@ -436,12 +436,12 @@ def _blob_items(body: dict[str, Any], limit: int) -> list[tuple[str, int]]:
 
 
 @router.post("/v1/blobs/upload", tags=["blobs"],
-             openapi_extra=_body(blobs="array", name="string"))
+             openapi_extra=json_body_doc(blobs="array", name="string"))
 def upload_blobs(request: Request,
                  call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
     """Which blobs the store lacks, each with where to PUT it (a presigned S3 URL, or this
     server's own ``/v1/blobs/{digest}`` for a local store)."""
-    state = _state(request)
+    state = server_state(request)
     items = _blob_items(call.body, state.limits.batch_items)
     too_big = [d for d, n in items if n > state.limits.blob_body]
     if too_big and not state.presigns:
@@ -451,11 +451,11 @@ def upload_blobs(request: Request,
 
 
 @router.post("/v1/blobs/download", tags=["blobs"],
-             openapi_extra=_body(digests="array"))
+             openapi_extra=json_body_doc(digests="array"))
 def download_blobs(request: Request, call: Call = on_blobs("body:digests")) -> dict[str, Any]:
     """Where to GET each blob: presigned S3 URLs, or this server's own URLs."""
     digests = [validate_digest(d) for d in call.body["digests"]]
-    return blobio.download_urls(_state(request), request, digests)
+    return blobio.download_urls(server_state(request), request, digests)
 
 
 @router.put("/v1/blobs/{digest}", tags=["blobs"],
@@ -464,16 +464,16 @@ def download_blobs(request: Request, call: Call = on_blobs("body:digests")) -> d
 async def put_blob(request: Request, digest: str,
                    call: Call = on_model("push", json_body=False)) -> dict[str, Any]:
     """One blob's bytes (local store only), verified while written."""
-    return await blobio.receive_blob(_state(request), request, validate_digest(digest))
+    return await blobio.receive_blob(server_state(request), request, validate_digest(digest))
 
 
 @router.get("/v1/blobs/{digest}", tags=["blobs"])
 def get_blob(request: Request, digest: str, call: Call = on_blobs("path:digest")) -> Response:
     """The bytes (``Range`` supported), or a 307 to a presigned S3 GET."""
-    return blobio.serve_blob(_state(request), request, digest)
+    return blobio.serve_blob(server_state(request), request, digest)
 
 
 @router.head("/v1/blobs/{digest}", tags=["blobs"])
 def head_blob(request: Request, digest: str,
               call: Call = on_blobs("path:digest", or_scope="push")) -> Response:
-    return blobio.head_blob(_state(request), digest)
+    return blobio.head_blob(server_state(request), digest)

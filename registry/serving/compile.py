@@ -84,7 +84,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
     """Compile ``ref``'s portable programs (``programs``: some of them) for ``device`` on this
     machine, check the golden samples on the new variants and publish ``name`` (default: the
     same model) N+1 with ``--parent ref``. Nothing is published when a sample fails (exit 1)."""
-    from ..bundler import _aoti_target, _variant_id, add_variants
+    from ..bundler import aoti_target, aoti_variant_id, add_variants
     from ..runtime import torchrt
     from ..runtime.loader import load_bundle
     from ..runtime.probe import probe
@@ -120,7 +120,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
             started = time.monotonic()
             meta = torchrt.aoti_compile(src.member_file(portable.member), portable.archive_name, out, device,
                                         label=parent, program=p)
-            vid = _variant_id(_aoti_target(meta))
+            vid = aoti_variant_id(aoti_target(meta))
             if manifest.programs[p].variant(vid) is not None:
                 raise ConflictError(f"program {p!r} of {parent} already has variant {vid} for this target",
                                     hint="compile on a machine of another kind, or run the variant it has")

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from registry.access.server_key import sign_head
 from registry.digests import digest_of_bytes
-from registry.format.signing import _load_private
+from registry.format.signing import load_private_key
 from registry.store import open_metadata_store
 from registry.store.audit_chain import GENESIS_HASH, seal
 from registry.store.orm import json_text
@@ -134,7 +134,7 @@ def test_recomputed_chain_is_caught_by_the_signed_head(tmp_path):
             _ok(run_cli("key", "generate", str(tmp_path / "eve")))
             _broken(run_cli("audit", "--verify", "--server-key", str(tmp_path / "eve.pub"), env=fresh),
                     None, "refused")
-            forged = sign_head(_load_private(tmp_path / "eve.key"), newest + 50, "ab" * 32,
+            forged = sign_head(load_private_key(tmp_path / "eve.key"), newest + 50, "ab" * 32,
                                "2026-11-24T09:00:00.000000Z")
             with store.engine.begin() as conn:
                 conn.execute(text("INSERT INTO audit_heads (seq, hash, signed_at, key_id, signature) "

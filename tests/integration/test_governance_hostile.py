@@ -23,7 +23,7 @@ import pytest
 
 from registry.access.policy import attestation_digest, attestation_statement
 from registry.errors import PolicyError, SignatureError, UsageError
-from registry.format.signing import _load_private, generate_keypair, public_pem_of, sign_digest
+from registry.format.signing import load_private_key, generate_keypair, public_pem_of, sign_digest
 from registry.store import open_metadata_store
 from registry.store.outbox import validate_webhook_url
 
@@ -216,7 +216,7 @@ def test_hostile_receivers_filters_and_the_secret(store, tmp_path, monkeypatch, 
     monkeypatch.setenv("PT2REG_WEBHOOK_TIMEOUT", "0.5")
     monkeypatch.setenv("PT2REG_WEBHOOK_RETRY_BASE", "100")
     key_path, _ = generate_keypair(tmp_path / "srv")
-    key = ServerKey(private=_load_private(key_path), path=key_path)
+    key = ServerKey(private=load_private_key(key_path), path=key_path)
     rx = Hostile()
     try:
         hooks = {}

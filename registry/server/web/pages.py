@@ -24,7 +24,7 @@ from ...format.manifest import Manifest, baked_device_groups
 from ...refs import Ref
 from ..auth import SESSION_COOKIE, Call, on_page, page_authenticated, page_scope, public
 from ..fields import when as parse_when
-from ..routes import _redacted
+from ..routes import redacted_node
 from ..state import ServerState
 from .compare import compare_manifests
 from .lineage import layout
@@ -36,7 +36,7 @@ router = APIRouter(tags=["web"], include_in_schema=False)
 _MAX_EVENTS = 200
 
 
-def _state(request: Request) -> ServerState:
+def server_state(request: Request) -> ServerState:
     return request.app.state.registry
 
 
@@ -82,7 +82,7 @@ async def login(request: Request, call: Call = public()) -> Response:
         return _page(request, "login.html", None, status=403, next=target,
                      error="log in from this registry's own page")
     secret = (form.get("token") or "").strip()
-    state = _state(request)
+    state = server_state(request)
     try:
         from starlette.concurrency import run_in_threadpool
 
@@ -127,7 +127,7 @@ def _search(q: str) -> tuple[list[str], list[tuple[str, str]]]:
 def models_page(request: Request, q: str = "", call: Call = page_authenticated()) -> Response:
     if len(q) > 500:
         raise UsageError("search text is longer than 500 characters")
-    meta = _state(request).meta
+    meta = server_state(request).meta
     words, pairs = _search(q)
     latest = meta.latest_versions()
     rows = []
@@ -149,7 +149,7 @@ VERSIONS_PER_PAGE = 100
 
 @router.get("/model")
 def model_page(request: Request, name: str, page: int = 1, call: Call = on_page("pull", "query:name")) -> Response:
-    meta = _state(request).meta
+    meta = server_state(request).meta
     first, count = meta.versions_page(name, limit=VERSIONS_PER_PAGE)
     pages = max(1, -(-count // VERSIONS_PER_PAGE))
     page = min(max(page, 1), pages)
@@ -159,8 +159,8 @@ def model_page(request: Request, name: str, page: int = 1, call: Call = on_page(
     lineage = None
     if first:
         newest = first[0]
-        parents = [_redacted(n, call) for n in meta.ancestors(name, newest.number) if n.depth == 1]
-        children = [_redacted(n, call) for n in meta.descendants(name, newest.number) if n.depth == 1]
+        parents = [redacted_node(n, call) for n in meta.ancestors(name, newest.number) if n.depth == 1]
+        children = [redacted_node(n, call) for n in meta.descendants(name, newest.number) if n.depth == 1]
         lineage = {"version": newest, "parents": parents, "children": children}
     return _page(request, "model.html", call, name=name, versions=shown, all_numbers=[v.number for v in first[:2]],
                  count=count, page=page, pages=pages,
@@ -210,11 +210,11 @@ def _derived(prog: Any) -> list[Any]:
 
 @router.get("/version")
 def version_page(request: Request, name: str, number: int, call: Call = on_page("pull", "query:name")) -> Response:
-    meta = _state(request).meta
+    meta = server_state(request).meta
     version = meta.resolve(Ref.parse(f"{name}@{number}"))
     manifest = _manifest(version)
-    ancestors = [_redacted(n, call) for n in meta.ancestors(name, number)]
-    descendants = [_redacted(n, call) for n in meta.descendants(name, number)]
+    ancestors = [redacted_node(n, call) for n in meta.ancestors(name, number)]
+    descendants = [redacted_node(n, call) for n in meta.descendants(name, number)]
     me = next(n for n in ancestors if n.depth == 0)
     programs = [{"spec": prog, "derived": _derived(prog), "baked": baked_device_groups(prog.baked_devices)}
                 for prog in manifest.programs.values()]
@@ -240,7 +240,7 @@ def _commands(v: Any) -> list[tuple[str, str]]:
 @router.get("/compare")
 def compare_page(request: Request, ref: str, to_ref: str,
                  call: Call = on_page("pull", "query:ref", also_query=("to_ref",))) -> Response:
-    meta = _state(request).meta
+    meta = server_state(request).meta
     a, b = meta.resolve(Ref.parse(ref)), meta.resolve(Ref.parse(to_ref))
     return _page(request, "compare.html", call, a=a, b=b, c=compare_manifests(_manifest(a), _manifest(b)))
 
@@ -254,7 +254,7 @@ def _verdict(request: Request, fresh: bool) -> tuple[Any, float]:
     """The chain's verdict and its age in seconds. Re-walking the chain is O(events), so a
     verdict is reused for ``VERIFY_TTL_S`` while the chain's head is unchanged (a per-process
     cache: no session state; ``fresh`` re-verifies now)."""
-    meta = _state(request).meta
+    meta = server_state(request).meta
     head, _ = meta.audit_hashes()
     cached = getattr(request.app.state, "web_verdict", None)
     now = time.monotonic()
@@ -269,7 +269,7 @@ def _verdict(request: Request, fresh: bool) -> tuple[Any, float]:
 def audit_page(request: Request, call: Call = page_scope(AUDIT_READ)) -> Response:
     q = request.query_params
     form = {k: q.get(k, "") for k in ("model", "actor", "action", "since", "until")}
-    events, total = _state(request).meta.find_events(
+    events, total = server_state(request).meta.find_events(
         model=form["model"] or None, actor=form["actor"] or None, action=form["action"] or None,
         since=parse_when(form["since"] or None, "since"), until=parse_when(form["until"] or None, "until"),
         limit=_MAX_EVENTS)
