@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter
@@ -77,9 +77,11 @@ class BlobStore(Protocol):
         """Store ``data`` under ``digest``."""
 
     def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
-                  progress: ProgressFn | None = None) -> tuple[int, int]:
+                  progress: ProgressFn | None = None, unrecorded: Collection[str] = ()) -> tuple[int, int]:
         """Store many ranges of one local file, several at once, each verified and atomic;
-        returns (bytes uploaded, bytes already stored). The first failure cancels the rest."""
+        returns (bytes uploaded, bytes already stored). The first failure cancels the rest.
+        ``unrecorded``: digests no version records, stored without first asking whether the
+        store holds them (a leftover copy is simply replaced by the same bytes)."""
 
     def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
                   on_done: Callable[[int], None] | None = None) -> None:

@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
 
 from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
@@ -87,13 +87,14 @@ class LocalBlobStore:
         return self.put_stream(io.BytesIO(data), digest, size=len(data))
 
     def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
-                  progress: ProgressFn | None = None) -> tuple[int, int]:
+                  progress: ProgressFn | None = None, unrecorded: Collection[str] = ()) -> tuple[int, int]:
         """Store ranges of ``path`` on every core: each worker hashes exactly the bytes it
         writes into a temp file. A committer thread makes finished temp files durable together
         (one ``syncfs`` per ``COMMIT_BYTES`` or so, not one ``fsync`` per blob, overlapping
         with the copies still running) and then renames them into place, so a blob is never
         visible before its bytes are on disk, and a push killed half-way keeps what it
-        committed. Returns (bytes written, bytes already stored)."""
+        committed. Returns (bytes written, bytes already stored). A blob in ``unrecorded`` is
+        written without first reading a stored copy (one that is there is replaced)."""
         progress = locked_progress(progress)
         todo, repeated = unique_parts(parts)
         if progress is not None and repeated:
@@ -105,7 +106,7 @@ class LocalBlobStore:
             committer = _Committer(self)
 
             def one(part: Part) -> tuple[int, int]:
-                if self._intact(part.digest, part.size):
+                if part.digest not in unrecorded and self._intact(part.digest, part.size):
                     # already stored; the source is still checked: a push of a damaged file fails
                     check_range(path, part, fd=src_fd, progress=progress)
                     return 0, part.size

@@ -37,7 +37,7 @@ import os
 import re
 import threading
 import time
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
 
 import boto3
 from botocore.config import Config
@@ -161,10 +161,12 @@ class S3BlobStore:
         return self.put_stream(io.BytesIO(data), digest, size=len(data))
 
     def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
-                  progress: ProgressFn | None = None) -> tuple[int, int]:
+                  progress: ProgressFn | None = None, unrecorded: Collection[str] = ()) -> tuple[int, int]:
         """Upload ranges of ``path``, several blobs at once through one transfer manager (its
         part window bounds memory for all of them together), each verified before it
-        completes. Returns (bytes uploaded, bytes already stored)."""
+        completes. Returns (bytes uploaded, bytes already stored). A blob in ``unrecorded``
+        (no version records it) is uploaded without a HEAD first: a new model's push costs
+        one request per chunk, not two (a leftover object is replaced by the same bytes)."""
         progress = locked_progress(progress)
         todo, repeated = unique_parts(parts)
         if progress is not None and repeated:
@@ -175,7 +177,7 @@ class S3BlobStore:
             # skipped only when the stored object provably holds these bytes (its SHA-256
             # checksum, kept by S3, is the digest); same size is not enough: a planted or
             # damaged object is replaced
-            if self._stored_intact(path, part):
+            if part.digest not in unrecorded and self._stored_intact(path, part):
                 if progress is not None:
                     progress(part.size)
                 return 0, part.size

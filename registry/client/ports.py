@@ -147,6 +147,12 @@ class MetadataStore(Protocol):
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         """``digest -> names of the models whose versions reference it`` (unreferenced: absent)."""
 
+    def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
+        """Which of ``digests`` some version records, or None when this store cannot say (a
+        remote client: the server decides what to upload). A push asks the blob store whether
+        these are stored; the others it uploads without asking (one query instead of a HEAD
+        per chunk)."""
+
     # -- tokens -----------------------------------------------------------------------------
     def create_token(self, owner: str, scopes: Sequence[str], *, expires_at: datetime | None,
                      actor: str, host: str, audit_details: Mapping[str, Any] | None = None,

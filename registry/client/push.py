@@ -111,7 +111,11 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
 
     try:
         with _Heartbeat(meta, pending):
-            uploaded, skipped = upload_bundle(bundle, blobs, progress)
+            # blobs no version records are (nearly always) not stored: upload them without asking
+            # the store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes
+            recorded = meta.recorded_blobs([p.digest for p in parts])
+            unrecorded = set() if recorded is None else {p.digest for p in parts} - recorded
+            uploaded, skipped = upload_bundle(bundle, blobs, progress, unrecorded=unrecorded)
             blobs.put_bytes(manifest.canonical, manifest.digest)
             stored = sorted({(p.digest, p.size) for p in parts})
             version, created = meta.publish(

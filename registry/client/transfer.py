@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from typing import Collection
 
 from ..atomic import atomic_write
 from ..blobs.base import BlobStore, Part, ProgressFn
@@ -39,10 +40,12 @@ def bundle_parts(bundle: BundleFile) -> list[Part]:
     return parts
 
 
-def upload_bundle(bundle: BundleFile, blobs: BlobStore, progress: ProgressFn | None) -> tuple[int, int]:
+def upload_bundle(bundle: BundleFile, blobs: BlobStore, progress: ProgressFn | None, *,
+                  unrecorded: Collection[str] = ()) -> tuple[int, int]:
     """Store every blob of an opened bundle file (several at once); returns (bytes uploaded,
-    bytes already stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest."""
-    return blobs.put_parts(bundle.path, bundle_parts(bundle), progress=progress)
+    bytes already stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest.
+    ``unrecorded``: digests no version records (stored without asking the store first)."""
+    return blobs.put_parts(bundle.path, bundle_parts(bundle), progress=progress, unrecorded=unrecorded)
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,

@@ -25,7 +25,7 @@ import os
 import threading
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
 
 import httpx
 import urllib3
@@ -96,9 +96,10 @@ class HttpBlobStore:
 
     # -- writing ----------------------------------------------------------------------------
     def put_parts(self, path: str | os.PathLike, parts: Sequence[Part], *,
-                  progress: ProgressFn | None = None) -> tuple[int, int]:
+                  progress: ProgressFn | None = None, unrecorded: Collection[str] = ()) -> tuple[int, int]:
         """Upload the ranges of ``path`` the server lacks, several at once, each hashed as it
-        is sent; returns (bytes uploaded, bytes already stored)."""
+        is sent; returns (bytes uploaded, bytes already stored). ``unrecorded`` is not used:
+        the server says what it lacks in the same request that authorizes the upload."""
         progress = locked_progress(progress)
         todo, repeated = unique_parts(parts)
         with open_range(path, 0, None) as (src, file_size):

@@ -194,6 +194,10 @@ class HttpMetadataStore:
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         raise UsageError("a remote client cannot map blobs to models", hint="the server checks blob access itself")
 
+    def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
+        """None: the server answers which blobs it lacks when the upload starts."""
+        return None
+
     # -- tokens and identity ----------------------------------------------------------------
     def whoami(self) -> Identity:
         """Who the server takes this client's token for (``NotAuthenticatedError`` if nobody)."""

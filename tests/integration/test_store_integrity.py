@@ -82,8 +82,8 @@ def _stall_push_then(monkeypatch, during_upload):
     real = push_mod.upload_bundle
     seen = {}
 
-    def upload(bundle, blobs, progress):
-        result = real(bundle, blobs, progress)
+    def upload(bundle, blobs, progress, **kwargs):
+        result = real(bundle, blobs, progress, **kwargs)
         seen["claims"] = during_upload()
         return result
 

@@ -122,7 +122,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._proxy()
+        try:
+            self._proxy()
+        except ConnectionError:  # the client hung up (a transfer cancelled after another failed)
+            self.close_connection = True
 
     do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
@@ -285,10 +288,11 @@ def test_transient_s3_faults_are_retried(reg_env: RegistryEnv, multipart_bundle:
 
 
 def _assert_bounded_attempts(requests: int, attempts: int = 3) -> None:
-    """Every request was tried exactly ``attempts`` times, and no more were started than the
-    blobs transferred at once: once one gives up, no other blob starts."""
+    """The blob that gave up was tried ``attempts`` times, and no more requests were made than
+    ``attempts`` for each blob transferred at once: once one gives up, no other blob starts
+    (those in flight are cancelled, possibly before their last attempt)."""
     parallel = S3BlobStore("s3://bucket")._max_concurrency
-    assert requests % attempts == 0 and attempts <= requests <= attempts * parallel, requests
+    assert attempts <= requests <= attempts * parallel, requests
 
 
 @s3_envs

@@ -266,3 +266,56 @@ class TestEndpoint:
         message = str(info.value)
         assert "\n" not in message and "http://127.0.0.1:9" in message
         assert f"s3://b-1/x/blobs/sha256/{digest[7:9]}/{digest[7:]}" in message
+
+
+class TestUnrecordedBlobs:
+    """A blob no version records is uploaded without a HEAD first (a new model's push costs one
+    request per chunk, not two); recorded ones are asked about and skipped when stored intact."""
+
+    def test_put_parts_asks_only_about_recorded_blobs(self, moto_s3, tmp_path):
+        from registry.blobs.base import Part
+
+        client = raw_client()
+        calls = CallCounter(client)
+        store = S3BlobStore(f"s3://{moto_s3}/p", client=client, **SMALL_PARTS)
+        pieces = [os.urandom(n) for n in (1000, 2000, 3000)]
+        (tmp_path / "src").write_bytes(b"".join(pieces))
+        parts, pos = [], 0
+        for piece in pieces:
+            parts.append(Part(blob(piece)[1], pos, len(piece)))
+            pos += len(piece)
+        # a leftover object under an unrecorded digest, with other bytes: replaced, not trusted
+        client.put_object(Bucket=moto_s3, Key=f"p/{relpath(parts[0].digest)}", Body=b"planted")
+        calls.counts.clear()
+        assert store.put_parts(tmp_path / "src", parts, unrecorded={p.digest for p in parts}) == (6000, 0)
+        assert "HeadObject" not in calls.counts and calls.counts.get("PutObject") == 3
+        assert store.read_bytes(parts[0].digest, max_size=1 << 20) == pieces[0]
+        calls.counts.clear()
+        assert store.put_parts(tmp_path / "src", parts) == (0, 6000)  # recorded: asked, intact, skipped
+        assert calls.counts.get("HeadObject") == 3 and "PutObject" not in calls.counts
+
+    def test_an_unrecorded_blob_is_still_verified(self, moto_s3, tmp_path):
+        from registry.blobs.base import Part
+
+        store = S3BlobStore(f"s3://{moto_s3}/p", **SMALL_PARTS)
+        (tmp_path / "src").write_bytes(b"the bytes on disk")
+        wrong = blob(b"the bytes the manifest names")[1]
+        with pytest.raises(IntegrityError):
+            store.put_parts(tmp_path / "src", [Part(wrong, 0, 17)], unrecorded={wrong})
+        assert not store.exists(wrong)
+
+    def test_push_of_a_new_model_sends_no_head(self, moto_s3, tmp_path, bundles):
+        from registry.client import Registry
+        from registry.config import Settings
+
+        reg = Registry(Settings.resolve(home=str(tmp_path / "home"), store=f"s3://{moto_s3}/reg", env={}))
+        calls = CallCounter(reg.blobs._s3())
+        first = reg.push(bundles["v0"], "m")
+        assert first.uploaded_bytes > 0 and first.skipped_bytes == 0
+        # one HEAD per blob at publish (the gc-race check, in the publishing transaction) and
+        # one before the manifest's PUT; none before the chunks' uploads (there was one each)
+        assert calls.counts.get("HeadObject") == calls.counts.get("PutObject") + 1
+        calls.counts.clear()
+        second = reg.push(bundles["v1"], "m")  # the same program, other metadata: a new manifest
+        assert second.version.number == 2 and second.skipped_bytes > 0  # the shared blobs were recorded
+        assert calls.counts.get("HeadObject", 0) >= 1
