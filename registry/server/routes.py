@@ -8,6 +8,9 @@ Model names contain '/', so they travel as query parameters.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
+import secrets
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -125,13 +128,29 @@ def alias_at(request: Request, name: str, alias: str, when: str,
     return {"number": server_state(request).meta.alias_at(name, validate_alias(alias), at)}
 
 
+#: keys the stand-in ids of restricted lineage nodes (per process: ids stay stable within one
+#: server's answers, and say nothing about the content they stand for)
+_RESTRICTED_KEY = secrets.token_bytes(32)
+
+
 def redacted_node(node: LineageNode, call: Call) -> LineageNode:
-    """A node of a model the token may not pull: its place in the graph, nothing else."""
+    """A node of a model the token may not pull: its place in the graph, nothing else. Its
+    digest is replaced by an opaque id (``restricted:<hex>``, an HMAC of it under a key of
+    this process), so two paths to the same hidden version still meet in a graph, while the
+    content address, which would confirm a guess of what the version holds, is not shown."""
     if call.who.allows("pull", node.name):
         return dataclasses.replace(node, edges=[_edge_redacted(e, call) for e in node.edges])
-    return LineageNode(name="restricted", number=0, digest=node.digest, status="restricted",
+    return LineageNode(name="restricted", number=0, digest=_stand_in(node.digest), status="restricted",
                        depth=node.depth,
                        edges=[_edge_redacted(e, call) for e in node.edges if e.kind == "parent"])
+
+
+def _stand_in(digest: str | None) -> str | None:
+    """The opaque id a restricted version's digest is shown as (the same wherever it appears,
+    so a parent edge still names its node)."""
+    if not digest:
+        return digest
+    return "restricted:" + hmac.new(_RESTRICTED_KEY, digest.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _edge_redacted(edge: Any, call: Call) -> Any:
@@ -143,7 +162,7 @@ def _edge_redacted(edge: Any, call: Call) -> Any:
         parent = None
     if parent is not None and call.who.allows("pull", parent):
         return edge
-    return dataclasses.replace(edge, value="restricted", extra=None)
+    return dataclasses.replace(edge, value="restricted", digest=_stand_in(edge.digest), extra=None)
 
 
 @router.get("/v1/lineage", tags=["lineage"])

@@ -250,6 +250,10 @@ def test_lineage_redacts_models_the_token_cannot_pull(server: Server) -> None:
                         params={"name": "team/child", "number": 1}).json()["nodes"]
     assert [n["name"] for n in nodes] == ["team/child", "restricted"]
     assert "secret" not in json.dumps(nodes)
+    hidden = server.call("GET", "/v1/resolve", admin, params={"ref": "secret/base@1"}).json()["digest"]
+    assert hidden[7:] not in json.dumps(nodes)  # its content address is not shown either
+    again = server.call("GET", "/v1/lineage", team, params={"name": "team/child", "number": 1}).json()["nodes"]
+    assert nodes[1]["digest"].startswith("restricted:") and again[1]["digest"] == nodes[1]["digest"]
     # naming a parent you cannot read is refused at publish
     refused = server.publish(team, "team/other", payload=b"other" * 10,
                              lineage=[{"kind": "parent", "value": "secret/base@1"}])[0]
