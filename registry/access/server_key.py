@@ -50,23 +50,7 @@ def load_or_create(path: Path, may_create: bool) -> Any:
         base = path.with_suffix("") if path.suffix == ".key" else path
         generate_keypair(base)
         path = Path(f"{base}.key")
-    _private_mode(path)
-    return load_private_key(path)
-
-
-def _private_mode(path: Path) -> None:
-    """UsageError when the key file is open to group or others (as ssh refuses such a key):
-    whoever reads it can sign audit heads and decrypt every webhook secret."""
-    if os.name != "posix":  # pragma: no cover - modes mean nothing there
-        return
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return  # load_private_key reports the unreadable file
-    if mode & 0o077:
-        raise UsageError(f"signing key {path} is accessible by group or others (mode "
-                         f"{mode & 0o777:04o}); refusing to use it",
-                         hint=f"chmod 600 {path}")
+    return load_private_key(path)  # refused when group or others can read it
 
 
 def public_pem(key: Any) -> str:

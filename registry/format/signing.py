@@ -112,11 +112,19 @@ def check_signature_entries(digest: str, signatures: Iterable[Any]) -> list[dict
 
 
 def load_private_key(path: str | os.PathLike) -> Any:
-    """The Ed25519 private key in the PEM file ``path`` (unencrypted PKCS#8)."""
+    """The Ed25519 private key in the PEM file ``path`` (unencrypted PKCS#8). Refused when the
+    file is open to group or others, as ssh refuses such a key: whoever can read it can sign
+    as its owner (bundles, attestations, and for a server's key its audit heads and webhook
+    secrets). ``pt2reg key generate`` writes it 0600."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     data = _read_key_file(path, "signing key")
+    if os.name == "posix":
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            raise UsageError(f"signing key {os.fspath(path)} is accessible by group or others (mode "
+                             f"{mode & 0o777:04o}); refusing to use it", hint=f"chmod 600 {os.fspath(path)}")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:

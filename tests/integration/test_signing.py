@@ -1,5 +1,7 @@
 """Issue 6: Ed25519 signing of versions; --require-signature refuses unsigned or forged ones."""
 
+import os
+
 import pytest
 
 from registry.format.bundle import BundleFile
@@ -110,3 +112,18 @@ def test_signature_for_another_bundle_is_refused_at_push(reg_env, bundles, tmp_p
     r = reg_env.cli("push", str(out), "--name", "m")
     assert r.returncode == 5 and "another bundle" in r.stderr, r.stderr
     assert reg_env.cli("show", "m@1").returncode == 3
+
+
+@pytest.mark.parametrize("reg_env", ["local"], indirect=True)
+def test_a_signing_key_others_can_read_is_refused(reg_env, bundles, tmp_path):
+    """As ssh refuses such a key: one line naming the mode and the fix, exit 2, nothing pushed."""
+    from registry.format.signing import generate_keypair
+
+    key, _pub = generate_keypair(tmp_path / "k")
+    os.chmod(key, 0o644)
+    r = reg_env.cli("push", str(bundles["v5"]), "--name", "loose", "--sign", str(key))
+    assert r.returncode == 2 and "accessible by group or others (mode 0644)" in r.stderr, r.stderr
+    assert f"chmod 600 {key}" in r.stderr and len(r.stderr.strip().splitlines()) <= 2, r.stderr
+    assert reg_env.cli("show", "loose").returncode == 3  # nothing was published
+    os.chmod(key, 0o600)
+    assert reg_env.cli("push", str(bundles["v5"]), "--name", "loose", "--sign", str(key)).returncode == 0
