@@ -183,10 +183,11 @@ class _Writeback:
     """One thread that passes ranges to ``sync_file_range(SYNC_FILE_RANGE_WRITE)``.
 
     The call can block while the disk's queue is full; made by the copying workers themselves
-    it stalled their hashing behind the disk (a 2 GiB bundle: 3.6 s against 2.9 s for ``cp`` +
-    ``sync``, benchmarks/README.md). Here the workers only queue the range (on a duplicate of
-    the descriptor, so it stays open whatever the caller closes) and go on hashing, while this
-    thread keeps the disk busy."""
+    it stalled their hashing behind the disk (a 2 GiB bundle: 1.39-1.48x ``cp`` + ``sync``,
+    1.20x since; benchmarks/README.md "Scale"). Here the workers only queue the range (on a
+    duplicate of the descriptor, so it stays open whatever the caller closes) and go on
+    hashing, while this thread keeps the disk busy. At most ``WRITEBACK_QUEUE`` requests (and
+    duplicated descriptors) wait; more are dropped: they are hints."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[int, int, int]] = queue.SimpleQueue()
