@@ -101,7 +101,8 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # covered by the chunk verification of upload_bundle below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
     parts = bundle_parts(bundle)
-    pending = meta.begin_pending(sorted({p.digest for p in parts} | {manifest.digest}),
+    digests = {p.digest for p in parts}
+    pending = meta.begin_pending(sorted(digests | {manifest.digest}),
                                  host=hostname(), pid=os.getpid(), name=name)
 
     def missing_blobs(digests: list[str]) -> list[str]:
@@ -113,8 +114,8 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
         with _Heartbeat(meta, pending):
             # blobs no version records are (nearly always) not stored: upload them without asking
             # the store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes
-            recorded = meta.recorded_blobs([p.digest for p in parts])
-            unrecorded = set() if recorded is None else {p.digest for p in parts} - recorded
+            recorded = meta.recorded_blobs(sorted(digests))
+            unrecorded = set() if recorded is None else digests - recorded
             uploaded, skipped = upload_bundle(bundle, blobs, progress, unrecorded=unrecorded)
             blobs.put_bytes(manifest.canonical, manifest.digest)
             stored = sorted({(p.digest, p.size) for p in parts})

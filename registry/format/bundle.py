@@ -107,13 +107,12 @@ def _slice(concat: _Concat, files: _Files, start: int, size: int) -> tuple[Segme
                  for i, off, n in concat.overlaps(start, size))
 
 
-def _check_range_crcs(member: Member, ranges: Sequence[FileRange], jobs: Sequence[Job],
-                      done: Sequence[Hashed]) -> None:
+def _check_range_crcs(member: Member, concat: _Concat, jobs: Sequence[Job], done: Sequence[Hashed]) -> None:
     """Each range that names its CRC-32 sums to it (from the CRC of every piece of it, in order)."""
+    ranges = concat.ranges
     if not any(r.crc32 for r in ranges):
         return
     sums = [0] * len(ranges)
-    concat = _Concat(ranges)
     for job, result in zip(jobs, done):
         start = job.out_offset - jobs[0].out_offset
         for (i, _off, n), crc in zip(concat.overlaps(start, sum(s.size for s in job.segments)),
@@ -209,17 +208,17 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
                     with src() as stream:
                         results[member.path] = _copy_stream(stream, member, fd, places[member.path], check, progress)
                     continue
-                ranges = (src,) if isinstance(src, FileRange) else tuple(src)
-                if sum(r.size for r in ranges) != member.size:
+                concat = _Concat((src,) if isinstance(src, FileRange) else tuple(src))
+                if concat.starts[-1] != member.size:
                     raise IntegrityError(f"the data for member {member.path!r} is not {member.size} bytes",
                                          member=member.path)
-                plan.append((member, member_jobs(member, lambda a, n, r=_Concat(ranges): _slice(r, files, a, n),
+                plan.append((member, member_jobs(member, lambda a, n, r=concat: _slice(r, files, a, n),
                                                  out_fd=fd, out_offset=places[member.path], check=check)))
-                planned.append(ranges)
-            for (member, jobs), ranges, done in zip(plan, planned,
+                planned.append(concat)
+            for (member, jobs), concat, done in zip(plan, planned,
                                                      _run_member_jobs(plan, "", crc=True, progress=progress,
                                                                       writeback=True)):
-                _check_range_crcs(member, ranges, jobs, done)
+                _check_range_crcs(member, concat, jobs, done)
                 results[member.path] = done
         finally:
             files.close()

@@ -1017,18 +1017,9 @@ class SqlMetadataStore:
 
     def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
         """Which of ``digests`` some version records (its ``version_blobs``): a push asks the
-        blob store only about these. One query per 500 digests.
+        blob store only about these (the digests ``pullable_blob_models`` maps).
 
             >>> store.recorded_blobs(["sha256:cdcd...", "sha256:efef..."])
             {'sha256:cdcd...'}
         """
-        wanted = sorted({validate_digest(d) for d in digests})
-
-        def work(s: Session) -> set[str]:
-            found: set[str] = set()
-            for start in range(0, len(wanted), 500):
-                found.update(s.scalars(select(VersionBlobRow.blob_digest).distinct()
-                                       .where(VersionBlobRow.blob_digest.in_(wanted[start:start + 500]))))
-            return found
-
-        return self._read(work)
+        return set(self.pullable_blob_models(digests))
