@@ -403,7 +403,8 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
     torchrt.stand_in_pytree_classes(pytree_classes_of(spec))  # before torch reads the treespecs
     if variant.kind == "aoti":
         return torchrt.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
-    ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name)
+    ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name,
+                                        map_weights=True)  # a cache file: never written in place
     baked_elsewhere = any(b.device.split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
         ep = torchrt.move_to_device(ep, device)

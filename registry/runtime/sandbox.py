@@ -334,7 +334,8 @@ def _child(argv: Sequence[str]) -> int:
             if kind == "aoti":
                 loaded: Any = torchrt.load_aoti(path, archive_name, a.device)
             else:
-                loaded = torchrt.restore_guards(torchrt.load_exported_program(path, archive_name)).module()
+                loaded = torchrt.restore_guards(  # weights mapped, as the loader does
+                    torchrt.load_exported_program(path, archive_name, map_weights=True)).module()
             del loaded  # one at a time
             print(_OK_LINE, flush=True)
     except MemoryError as exc:

@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import sys
+import threading
 import warnings
 from typing import Any, Iterable, Iterator
 
@@ -169,12 +170,17 @@ def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> 
 
 
 def load_exported_program(path: str | os.PathLike, archive_name: str = "model", label: str | None = None,
-                          program: str | None = None) -> Any:
+                          program: str | None = None, map_weights: bool = False) -> Any:
     """Deserialize one program from a verified, pickle-scanned `.pt2` file.
 
     ``label`` names the file for the user in errors (their bundle file or ref, their `.pt2`),
     never the cache blob or temp copy at ``path``; without one, errors name no file.
     ``program``: the program's name for the user (default ``archive_name``, torch's own).
+    ``map_weights``: back the raw weights and constants with a private (copy-on-write) map of
+    ``path`` instead of copies, as ``torch.load(mmap=True)`` does: no 2 GiB copy at load, pages
+    read on first use and shared with every process that loads the same cached file. Only for a
+    file that is never written in place while mapped (the client cache: files are replaced by
+    rename, and a changed one is re-hashed, not reused); see ``_mapped_file_map``.
     """
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
@@ -182,12 +188,89 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model", 
     where = f" from {label}" if label else ""
     with torch_loading(f"program {program or archive_name!r}{where}",
                        "the program is damaged or was written by an incompatible torch",
-                       hide=(path, label)), open(path, "rb") as f:
+                       hide=(path, label)), open(path, "rb") as f, _weights_mapped(f if map_weights else None):
         contents = load_pt2(f)
     try:
         return contents.exported_programs[archive_name]
     except KeyError as exc:
         raise IntegrityError(f"program {archive_name!r} is not in {label or 'the archive'}") from exc
+
+
+_MAPPING = threading.local()  # this thread's mapped file while load_pt2 runs, else unset
+
+
+@contextlib.contextmanager
+def _weights_mapped(f: Any) -> Iterator[None]:
+    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``."""
+    if f is None or not _install_mapped_file_map():
+        yield
+        return
+    size = os.fstat(f.fileno()).st_size
+    # the open file itself (its inode), not its path: a file renamed over it meanwhile is not mapped
+    same = f"/proc/self/fd/{f.fileno()}" if os.path.isdir("/proc/self/fd") else os.fspath(f.name)
+    _MAPPING.storage = torch().UntypedStorage.from_file(same, shared=False, nbytes=size) if size else None
+    try:
+        yield
+    finally:
+        _MAPPING.storage = None
+
+
+def _install_mapped_file_map() -> bool:
+    """Route torch's ``_build_file_map`` (raw payload record -> flat tensor) through
+    ``_mapped_file_map`` once per process; False if this torch has no such function (then
+    weights are copied, as torch does)."""
+    import torch.export.pt2_archive._package as package  # private: the payload loader
+
+    original = getattr(package, "_build_file_map", None)
+    if original is None:
+        return False
+    if not getattr(original, "registry_mapped", False):
+        def build_file_map(archive_reader: Any, config: Any, base_dir: str) -> dict[str, Any]:
+            storage = getattr(_MAPPING, "storage", None)
+            mapped = None if storage is None else _mapped_file_map(archive_reader, config, base_dir, storage)
+            return original(archive_reader, config, base_dir) if mapped is None else mapped
+
+        build_file_map.registry_mapped = True  # type: ignore[attr-defined]
+        package._build_file_map = build_file_map
+    return True
+
+
+def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: Any) -> dict[str, Any] | None:
+    """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
+    whole archive) at the record's data offset instead of a copy; None (copy them all, as torch
+    does) if a record is not aligned to its dtype or does not lie inside the file."""
+    t = torch()
+    from torch._export.serde.serialize import (  # private: the serializer's decoders
+        deserialize_device, deserialize_scalar_type, deserialize_size)
+
+    reader, planned = archive_reader.archive_file, []
+    for meta in config.config.values():
+        if meta.use_pickle or meta.tensor_meta is None:  # pickled: torch.load below; None: torch raises
+            continue
+        dtype = deserialize_scalar_type(meta.tensor_meta.dtype)
+        record = os.path.join(base_dir, meta.path_name)
+        nbytes, offset = reader.get_record_size(record), reader.get_record_offset(record)
+        width = t._utils._element_size(dtype)
+        if nbytes and (nbytes % width or offset % width or offset < 0 or offset + nbytes > storage.nbytes()):
+            return None
+        planned.append((meta, dtype, width, offset, nbytes))
+    file_map: dict[str, Any] = {}
+    for meta, dtype, width, offset, nbytes in planned:
+        if meta.path_name in file_map:
+            continue
+        tensor_meta = meta.tensor_meta
+        if nbytes == 0:
+            tensor = t.zeros(deserialize_size(tensor_meta.sizes), dtype=dtype)
+        else:
+            tensor = t.empty(0, dtype=dtype)
+            tensor.set_(storage[offset:offset + nbytes], 0, (nbytes // width,), (1,))
+        if tensor_meta.requires_grad:
+            tensor.requires_grad_(True)
+        device = deserialize_device(tensor_meta.device)
+        if device != t.device("cpu"):
+            tensor = tensor.to(device)
+        file_map[meta.path_name] = tensor
+    return file_map
 
 
 def restore_guards(ep: Any) -> Any:

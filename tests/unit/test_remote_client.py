@@ -349,11 +349,11 @@ def test_push_uploads_the_missing_ranges_hashes_the_present_ones_and_refuses_a_d
     assert received == {f"/v1/blobs/{parts[0].digest}": a} and sum(seen) == len(a) + len(b)
 
     received.clear()
-    bundle.write_bytes(a[:-1] + b"\0" + b)  # the chunk to upload is damaged: its last piece never leaves
+    bundle.write_bytes(a[:-1] + bytes([a[-1] ^ 1]) + b)  # the chunk to upload is damaged: its last piece never leaves
     with pytest.raises(IntegrityError, match="does not match its digest"):
         store.put_parts(bundle, parts)
     assert all(len(body) < len(a) for body in received.values())
-    bundle.write_bytes(a + b[:-1] + b"\0")  # the stored chunk's range is damaged: still refused
+    bundle.write_bytes(a + b[:-1] + bytes([b[-1] ^ 1]))  # the stored chunk's range is damaged: still refused
     with pytest.raises(IntegrityError, match="does not match its digest"):
         store.put_parts(bundle, parts)
 

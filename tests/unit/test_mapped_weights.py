@@ -1,0 +1,110 @@
+"""Weights of a loaded program backed by a private map of its verified cache file
+(``torchrt.load_exported_program(map_weights=True)``, what ``registry.load`` uses): the same
+values as torch's copying load, for every kind of raw payload; really mapped (no copy at load);
+copy-on-write (writing a parameter never writes the file); and only where asked."""
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from registry.runtime import torchrt
+
+
+class Mixed(torch.nn.Module):
+    """Raw payloads of several widths, a tied weight, an empty parameter, a lifted constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+        self.tied = self.proj.weight  # one payload, two names
+        self.bf16 = torch.nn.Parameter(torch.randn(7, 3).to(torch.bfloat16))
+        self.empty = torch.nn.Parameter(torch.zeros(0, 4))
+        self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
+        self.register_buffer("mask", torch.tensor([True, False, True]))
+        self.table = torch.randn(3, 16, dtype=torch.float64)  # a plain attribute: a lifted constant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x) + (self.tied @ x.T).T + self.bf16.float().sum() + self.steps.sum()
+        return y * self.mask.float().sum() + self.table.float().sum() + self.empty.sum()
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("mapped") / "mixed.pt2"
+    torch.export.save(torch.export.export(Mixed().eval(), (torch.randn(2, 16),)), path)
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _mapped(path: Path) -> bool:
+    return str(path.resolve()) in Path("/proc/self/maps").read_text()
+
+
+def test_mapped_load_equals_torchs_copy(program: Path) -> None:
+    copied = torchrt.load_exported_program(program)
+    mapped = torchrt.load_exported_program(program, map_weights=True)
+    assert copied.state_dict.keys() == mapped.state_dict.keys()
+    for name, value in copied.state_dict.items():
+        assert mapped.state_dict[name].dtype == value.dtype, name
+        assert torch.equal(mapped.state_dict[name], value), name
+    assert copied.constants.keys() == mapped.constants.keys() and copied.constants
+    for name, value in copied.constants.items():
+        assert torch.equal(mapped.constants[name], value), name
+    x = torch.randn(2, 16)
+    assert torch.equal(mapped.module()(x), copied.module()(x))
+    assert isinstance(mapped.state_dict["proj.weight"], torch.nn.Parameter)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_weights_are_a_private_map_of_the_file_not_copies(program: Path, tmp_path: Path) -> None:
+    own = tmp_path / "own.pt2"  # a file of its own: no other test's mapping of it
+    own.write_bytes(program.read_bytes())
+    before = _sha(own)
+    copied = torchrt.load_exported_program(own)
+    assert not _mapped(own)
+    del copied
+    ep = torchrt.load_exported_program(own, map_weights=True)
+    assert _mapped(own)
+    sd = ep.state_dict
+    # tied names share one view of the file; nothing was copied for them
+    assert sd["proj.weight"].data_ptr() == sd["tied"].data_ptr()
+    with torch.no_grad():
+        sd["proj.weight"].add_(1.0)  # copy-on-write: this process's page only
+        ep.constants["table"].mul_(3.0)
+    assert _sha(own) == before
+    assert torch.equal(torchrt.load_exported_program(own).state_dict["proj.weight"] + 1.0, sd["proj.weight"])
+
+
+def test_a_mapped_load_in_one_thread_leaves_another_threads_load_copying(program: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.pt2"
+    other.write_bytes(program.read_bytes())
+    loaded: dict[str, object] = {}
+    started, release = threading.Event(), threading.Event()
+    real = torchrt._mapped_file_map
+
+    def slow_mapped(*args: object) -> object:  # hold the first load inside its mapped section
+        started.set()
+        release.wait(30)
+        return real(*args)
+
+    torchrt._mapped_file_map = slow_mapped  # type: ignore[assignment]
+    try:
+        t = threading.Thread(target=lambda: loaded.update(a=torchrt.load_exported_program(program, map_weights=True)))
+        t.start()
+        assert started.wait(30)
+        loaded["b"] = torchrt.load_exported_program(other)  # meanwhile, here: torch's copy
+        release.set()
+        t.join(30)
+    finally:
+        torchrt._mapped_file_map = real  # type: ignore[assignment]
+    assert not _mapped(other)
+    a, b = loaded["a"], loaded["b"]
+    assert torch.equal(a.state_dict["proj.bias"], b.state_dict["proj.bias"])  # type: ignore[attr-defined]
