@@ -338,7 +338,7 @@ def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target:
 
 def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target | None = None,
                 trust_pickle: bool = False, programs: Sequence[str] | None = None,
-                trust_native: bool = False, sandbox: Any = None) -> LoadedBundle:
+                trust_native: bool = False, sandbox: Any = None, map_weights: bool = True) -> LoadedBundle:
     """Check the bundle against ``target`` (default: ``probe(device)``), then load it on ``device``.
 
     Raises IncompatibleError (exit 4, ``.findings``) before any deserialization when an error
@@ -348,6 +348,10 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     (``src.trusted_signers``); a program with nothing else is refused (exit 5). Each program
     not signed by a trusted key is first deserialized in a limited subprocess, once per machine
     (``sandbox``: a ``registry.runtime.sandbox.SandboxConfig``, default from ``PT2REG_SANDBOX*``).
+    ``map_weights`` (default): a portable program's weights are views of a private,
+    copy-on-write map of its verified cache file, not copies (README "Weights are mapped, not
+    copied"); False copies them into process memory as ``torch.export.load`` does (a process
+    that must not fault pages in from disk later, or whose cache may be truncated under it).
     """
     wanted = list(programs) if programs is not None else list(src.manifest.programs)
     unknown = [p for p in wanted if p not in src.manifest.programs]
@@ -391,11 +395,13 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     vet_programs(src, chosen, device, config)
     loaded = {}
     for spec, variant in chosen:
-        loaded[spec.name] = LoadedProgram(spec, variant, device, _load_variant(src, spec, variant, device))
+        module = _load_variant(src, spec, variant, device, map_weights)
+        loaded[spec.name] = LoadedProgram(spec, variant, device, module)
     return LoadedBundle(src, report, target, device, loaded)
 
 
-def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str) -> Any:
+def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
+                  map_weights: bool = True) -> Any:
     from . import torchrt
 
     path = src.member_file(variant.member)
@@ -404,7 +410,7 @@ def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, 
     if variant.kind == "aoti":
         return torchrt.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
     ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name,
-                                        map_weights=True)  # a cache file: never written in place
+                                        map_weights=map_weights)  # a cache file: never written in place
     baked_elsewhere = any(b.device.split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
         ep = torchrt.move_to_device(ep, device)
@@ -439,12 +445,13 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
          target: Target | None = None, trust_pickle: bool = False, imports: Sequence[str] = (),
          libraries: Sequence[str] = (), cache_dir: str | os.PathLike | None = None,
          programs: Sequence[str] | None = None, require_signature: Sequence[str] = (),
-         trust_native: bool = False) -> LoadedBundle:
+         trust_native: bool = False, map_weights: bool = True) -> LoadedBundle:
     """``registry.load``: a bundle file, a registry ref or a materialized bundle, loaded on ``device``.
 
     The trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``) and ``require_signature`` are
     enforced before anything is deserialized (SignatureError, exit 5). AOTInductor variants are
-    used only when a trusted key signed the bundle or ``trust_native=True``.
+    used only when a trusted key signed the bundle or ``trust_native=True``. ``map_weights``:
+    see ``load_bundle``.
 
     >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
     >>> bundle["decoder"](hidden, targets)
@@ -462,7 +469,7 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
         src = open_source(source, registry=reg, require_signature=require_signature)
     sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
     return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
-                       trust_native=trust_native, sandbox=sandbox)
+                       trust_native=trust_native, sandbox=sandbox, map_weights=map_weights)
 
 
 def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:

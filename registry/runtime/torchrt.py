@@ -208,7 +208,11 @@ def _weights_mapped(f: Any) -> Iterator[None]:
     size = os.fstat(f.fileno()).st_size
     # the open file itself (its inode), not its path: a file renamed over it meanwhile is not mapped
     same = f"/proc/self/fd/{f.fileno()}" if os.path.isdir("/proc/self/fd") else os.fspath(f.name)
-    _MAPPING.storage = torch().UntypedStorage.from_file(same, shared=False, nbytes=size) if size else None
+    try:
+        _MAPPING.storage = torch().UntypedStorage.from_file(same, shared=False, nbytes=size) if size else None
+    except (RuntimeError, OSError) as exc:  # a file system that cannot map: torch's copy
+        logging.getLogger(__name__).debug("weights not mapped (%s): copying them", exc)
+        _MAPPING.storage = None
     try:
         yield
     finally:

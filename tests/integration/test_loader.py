@@ -75,6 +75,22 @@ def test_load_api_takes_a_file_path(encdec, tmp_path):
     torch.testing.assert_close(bundle["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
 
 
+def test_load_maps_the_cached_weights_unless_asked_to_copy(encdec, tmp_path):
+    """``registry.load`` maps each portable program's verified cache file (README "Weights are
+    mapped, not copied"); ``map_weights=False`` copies as torch does. Same outputs either way."""
+    def mapped_cache_files(cache):
+        maps = open("/proc/self/maps").read()
+        return {line.split()[-1] for line in maps.splitlines() if str(cache) in line}
+
+    copied = load(encdec.path, cache_dir=tmp_path / "copy", map_weights=False)
+    assert mapped_cache_files(tmp_path / "copy") == set()
+    bundle = load(encdec.path, cache_dir=tmp_path / "map")
+    files = mapped_cache_files(tmp_path / "map")
+    assert files and all(f.startswith(str(tmp_path / "map" / "blobs")) for f in files)
+    for b in (bundle, copied):
+        torch.testing.assert_close(b["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
+
+
 def test_incompatible_target_raises_before_any_deserialization(encdec, open_bundle, monkeypatch):
     import registry.runtime.torchrt as torchrt
 
