@@ -21,6 +21,17 @@ def peak_mib() -> float:
     raise RuntimeError("no VmHWM")
 
 
+def shared_mode(mode: str, cfg: dict) -> None:
+    """The modes every worker of our venv shares, after its own: ``torch-load`` (the raw side:
+    ``torch.export.load(...).module()``) and ``baseline*`` (nothing: the same imports)."""
+    if mode == "torch-load":
+        import torch
+
+        torch.export.load(cfg["pt2"]).module()
+    elif not mode.startswith("baseline"):
+        raise SystemExit(f"unknown mode {mode}")
+
+
 def serve(do: Callable[[str, dict], dict], argv: list[str] | None = None) -> None:
     """Run ``do(mode, config)`` once from the arguments, or for every stdin line with ``serve``."""
     argv = sys.argv[1:] if argv is None else argv

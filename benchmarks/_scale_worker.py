@@ -17,7 +17,7 @@ import importlib
 import os
 import time
 
-from _proc import peak_mib, serve
+from _proc import peak_mib, serve, shared_mode
 
 # what every mode imports first (the stores: sqlalchemy, alembic, boto3, s3transfer)
 BASE_IMPORTS = ("registry.blobs.local", "registry.blobs.s3", "registry.client.api", "registry.format.bundle",
@@ -59,12 +59,8 @@ def do(mode: str, cfg: dict) -> dict:
             if cfg.get(key):
                 os.environ[var] = cfg[key]
         registry.load(cfg["ref"], device="cpu", cache_dir=cfg["cache"])
-    elif mode == "torch-load":
-        import torch
-
-        torch.export.load(cfg["pt2"]).module()
-    elif not mode.startswith("baseline"):
-        raise SystemExit(f"unknown mode {mode}")
+    else:
+        shared_mode(mode, cfg)
     return {"peak_mib": peak_mib(), "seconds": time.perf_counter() - t0}
 
 

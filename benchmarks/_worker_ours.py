@@ -16,7 +16,7 @@ import registry.blobs.local  # noqa: F401
 import registry.blobs.s3  # noqa: F401  (boto3, s3transfer)
 import registry.client.api  # noqa: F401
 import registry.store  # noqa: F401  (sqlalchemy, alembic)
-from _proc import peak_mib, serve
+from _proc import peak_mib, serve, shared_mode
 
 
 def do(mode: str, cfg: dict) -> dict:
@@ -39,12 +39,8 @@ def do(mode: str, cfg: dict) -> dict:
         from registry.runtime.loader import load_bundle
 
         load_bundle(reg().materialize(cfg["ref"]), device="cpu")
-    elif mode == "torch-load":
-        import torch
-
-        torch.export.load(cfg["pt2"]).module()
-    elif not mode.startswith("baseline"):
-        raise SystemExit(f"unknown mode {mode}")
+    else:
+        shared_mode(mode, cfg)
     return {"peak_mib": peak_mib(), "seconds": time.perf_counter() - t0}
 
 
