@@ -26,10 +26,16 @@ class Mixed(torch.nn.Module):
         self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
         self.register_buffer("mask", torch.tensor([True, False, True]))
         self.table = torch.randn(3, 16, dtype=torch.float64)  # a plain attribute: a lifted constant
+        base = torch.randn(4, 6)
+        self.register_buffer("base", base)
+        self.register_buffer("tail", base[1:, 2:])  # a strided view at an offset into the same payload
+        self.register_buffer("f8", torch.randn(8).to(torch.float8_e4m3fn))
+        self.register_buffer("cplx", torch.randn(3, dtype=torch.complex64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.proj(x) + (self.tied @ x.T).T + self.bf16.float().sum() + self.steps.sum()
-        return y * self.mask.float().sum() + self.table.float().sum() + self.empty.sum()
+        extra = self.tail.sum() + self.base.sum() + self.f8.float().sum() + self.cplx.abs().sum()
+        return y * self.mask.float().sum() + self.table.float().sum() + self.empty.sum() + extra
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +67,8 @@ def test_mapped_load_equals_torchs_copy(program: Path) -> None:
     x = torch.randn(2, 16)
     assert torch.equal(mapped.module()(x), copied.module()(x))
     assert isinstance(mapped.state_dict["proj.weight"], torch.nn.Parameter)
+    tail, base = mapped.state_dict["tail"], mapped.state_dict["base"]
+    assert tail.stride() == base.stride() and tail.storage_offset() == 8  # torch's own view, kept
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
