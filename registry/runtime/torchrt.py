@@ -7,7 +7,8 @@ so importing this module is free; a torch upgrade that moves a private API break
 only. Callers: the bundler (live ExportedPrograms, sample outputs), the target probe, the
 loader, its sandbox and the sample checks.
 
-* programs: save, load (``.pt2`` and AOTInductor), move between devices, export guards;
+* programs: save, load (``.pt2``, its weights mapped or copied, and AOTInductor), move between
+  devices, export guards;
 * the dispatcher: which ops exist, their schemas, which dispatch keys have kernels, TorchBind
   classes, every registered schema (for ``registry.pt2.op_effects``);
 * the serializer's schema version, AOTInductor's CPU ISA naming, the CUDA/HIP runtime;
