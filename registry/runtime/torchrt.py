@@ -242,16 +242,19 @@ def _install_mapped_file_map() -> bool:
 
 def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: Any) -> dict[str, Any] | None:
     """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
-    whole archive) at the record's data offset instead of a copy; None (copy them all, as torch
-    does) if a record is not aligned to its dtype or does not lie inside the file."""
+    whole archive) at the record's data offset instead of a copy; None (torch's own loader then
+    copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
+    lie inside the file, or has no tensor metadata."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
         deserialize_device, deserialize_scalar_type, deserialize_size)
 
     reader, planned = archive_reader.archive_file, []
     for meta in config.config.values():
-        if meta.use_pickle or meta.tensor_meta is None:  # pickled: torch.load below; None: torch raises
+        if meta.use_pickle:  # torch.load's, after this map is built
             continue
+        if meta.tensor_meta is None:  # malformed: torch's own loader says so
+            return None
         dtype = deserialize_scalar_type(meta.tensor_meta.dtype)
         record = os.path.join(base_dir, meta.path_name)
         nbytes, offset = reader.get_record_size(record), reader.get_record_offset(record)

@@ -116,3 +116,27 @@ def test_a_mapped_load_in_one_thread_leaves_another_threads_load_copying(program
     assert not _mapped(other)
     a, b = loaded["a"], loaded["b"]
     assert torch.equal(a.state_dict["proj.bias"], b.state_dict["proj.bias"])  # type: ignore[attr-defined]
+
+
+def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_copy(program: Path) -> None:
+    """Misaligned for its dtype, or past the end of the file: no partial map, torch copies."""
+    import torch.export.pt2_archive._package as package
+
+    storage = torch.UntypedStorage.from_file(str(program), shared=False, nbytes=program.stat().st_size)
+    with package.PT2ArchiveReader(str(program)) as reader:
+        config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
+        assert torchrt._mapped_file_map(reader, config, "data/weights", storage)  # as found: mapped
+
+        class Shifted:  # the same archive, every record said to start `by` bytes later
+            def __init__(self, by: int) -> None:
+                self.by = by
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(reader.archive_file, name)
+
+            def get_record_offset(self, record: str) -> int:
+                return reader.archive_file.get_record_offset(record) + self.by
+
+        for by in (1, program.stat().st_size):
+            shifted = type("Reader", (), {"archive_file": Shifted(by)})()
+            assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
