@@ -21,6 +21,7 @@ database said about a digest, so a cached pin can be served with its signatures.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -293,10 +294,24 @@ class MaterializedBundle:
     #: key ids of trusted keys (the trust policy's, or ``--require-signature``) whose signature
     #: over this digest verified; non-empty allows AOTInductor variants and skips the sandbox.
     trusted_signers: tuple[str, ...] = ()
+    #: members still being fetched (a cold load, ``client.transfer.DeferredMembers``): their
+    #: files are verified except in the records ``pending.unverified`` names; see ``settled``
+    pending: Any = field(default=None, compare=False)
 
     @property
     def digest(self) -> str:
         return self.manifest.digest
+
+    def settled(self) -> MaterializedBundle:
+        """This bundle with every member complete and verified (waits for a pending fetch;
+        its error, e.g. ``IntegrityError``, if a chunk did not match)."""
+        if self.pending is None:
+            return self
+        return dataclasses.replace(self, files=self.pending.wait(), pending=None)
+
+    def unverified(self, path: str) -> frozenset[str]:
+        """Records of member ``path`` whose bytes are not verified yet (raw weights torch maps)."""
+        return self.pending.unverified.get(path, frozenset()) if self.pending is not None else frozenset()
 
     def member_file(self, path: str) -> Path:
         try:
@@ -338,17 +353,18 @@ def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
 
 def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry: Registry,
                 progress: Callable[[int], None] | None = None,
-                require_signature: Iterable[str] = ()) -> MaterializedBundle:
+                require_signature: Iterable[str] = (), defer_weights: bool = False) -> MaterializedBundle:
     """A bundle file or a registry ref, every member a verified local file.
 
     The trust policy is enforced first (a ref is resolved once; SignatureError, exit 5, before
     any blob is fetched); ``require_signature`` (public key paths) must then have signed it,
     and its keys count as trusted. A ``MaterializedBundle`` is taken as is, the policy enforced.
+    ``defer_weights``: a ref not cached may come back ``pending`` (``Registry.materialize``).
     """
     keys = list(require_signature)
     if isinstance(source, MaterializedBundle):
         return registry.enforce_trust(source, require_signature=keys)
     where = parse_source(source)
     if isinstance(where, Ref):
-        return registry.materialize(where, progress=progress, require_signature=keys)
+        return registry.materialize(where, progress=progress, require_signature=keys, defer_weights=defer_weights)
     return registry.open_file(where, progress=progress, require_signature=keys)

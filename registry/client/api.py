@@ -186,7 +186,8 @@ class Registry:
                                   require_signature=require_signature)
 
     def materialize(self, ref: str | Ref | Located, *, progress: ProgressFn | None = None,
-                    record: str | None = "pull", require_signature: Sequence[str] = ()) -> MaterializedBundle:
+                    record: str | None = "pull", require_signature: Sequence[str] = (),
+                    defer_weights: bool = False) -> MaterializedBundle:
         """Resolve ``ref`` (once) and make every member a verified file in the local cache.
 
         The trust policy is enforced first: a model a rule names must carry a valid signature
@@ -194,6 +195,12 @@ class Registry:
         ``trusted_signers`` lists the trusted keys that signed it. ``require_signature`` (public
         key paths): one of them must have signed it too, checked at the same point. ``record``
         is the audit action (None: none).
+
+        ``defer_weights`` (a cold load, ``registry.load``): the result may be ``pending``, its
+        program members' raw weight bytes still being fetched and verified in the background
+        (``client.transfer.fetch_members_deferred``); the caller must ``settled()`` it (or
+        ``pending.abort()``) while this registry is open. The audit record is written once
+        every member is complete.
         """
         where = ref if isinstance(ref, Located) else self.locate(ref)
 
@@ -205,13 +212,19 @@ class Registry:
         else:
             assert where.version is not None
             src = fetch_version(self.meta, self.blobs, self.cache, where.version,
-                                enforce_trust=enforce, progress=progress)
+                                enforce_trust=enforce, progress=progress, defer_weights=defer_weights)
         if record and src.version is None and self._meta is None:  # served from the cache alone
             self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
                                ref=str(where.ref))
         elif record:
-            self.meta.record_event(record, actor=actor(), host=hostname(), model=src.name, number=src.version,
-                                   digest=src.digest, ref=str(where.ref))
+            def audit(src: MaterializedBundle = src) -> None:
+                self.meta.record_event(record, actor=actor(), host=hostname(), model=src.name,
+                                       number=src.version, digest=src.digest, ref=str(where.ref))
+
+            if src.pending is not None:
+                src.pending.on_success(audit)   # a pull that fails mid-way is not recorded
+            else:
+                audit()
         return src
 
     def pull(self, ref: str | Ref | Located, out: str | os.PathLike[str], *, progress: ProgressFn | None = None,

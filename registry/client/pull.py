@@ -17,7 +17,7 @@ from ..format.manifest import Manifest
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle
 from .ports import BlobStore, MetadataStore
-from .transfer import fetch_members
+from .transfer import fetch_members, fetch_members_deferred
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
@@ -56,9 +56,10 @@ class PullResult:
 
 def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord, *,
                   enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
-                  progress: ProgressFn | None = None) -> MaterializedBundle:
+                  progress: ProgressFn | None = None, defer_weights: bool = False) -> MaterializedBundle:
     """Every member of ``version`` as a verified file in ``cache``. ``enforce_trust`` (the
-    trust policy) sees the digest and signatures before any blob is fetched."""
+    trust policy) sees the digest and signatures before any blob is fetched. ``defer_weights``:
+    raw weight chunks may still be fetching when this returns (``src.pending``)."""
     manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
     if manifest.digest != version.digest:
         raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
@@ -66,10 +67,14 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
-    files = fetch_members(manifest, blobs, cache, progress)
+    pending = None
+    if defer_weights:
+        files, pending = fetch_members_deferred(manifest, blobs, cache, progress)
+    else:
+        files = fetch_members(manifest, blobs, cache, progress)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
-    return dataclasses.replace(src, files=files)
+    return dataclasses.replace(src, files=files, pending=pending)
 
 
 def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | os.PathLike[str],

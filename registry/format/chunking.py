@@ -16,9 +16,10 @@ byte for byte), and they are its integrity: no step needs a sequential hash of a
 """
 from __future__ import annotations
 
-from typing import Iterable
+from bisect import bisect_right
+from typing import Iterable, Sequence
 
-__all__ = ["MIN_CHUNK", "MIN_MEMBER", "PIECE", "plan_chunks"]
+__all__ = ["MIN_CHUNK", "MIN_MEMBER", "PIECE", "plan_chunks", "chunks_inside"]
 
 #: entries at least this large get a chunk of their own
 MIN_CHUNK = 64 * 1024
@@ -49,3 +50,20 @@ def plan_chunks(spans: Iterable[tuple[int, int]], total: int, *, min_chunk: int 
     if pos < total:
         chunks.extend(_pieces(pos, total - pos, piece))
     return chunks
+
+
+def chunks_inside(chunks: Sequence[tuple[int, int]], spans: Iterable[tuple[int, int]]) -> list[int]:
+    """Indices of the (start, length) ``chunks`` that lie wholly inside one of ``spans``
+    (start, length; not overlapping): the chunks holding nothing but the bytes of one span.
+
+    >>> chunks_inside([(0, 100), (100, 50), (150, 50), (200, 10)], [(100, 100), (205, 10)])
+    [1, 2]
+    """
+    ordered = sorted((s, s + n) for s, n in spans if n > 0)
+    starts = [s for s, _ in ordered]
+    out = []
+    for i, (start, length) in enumerate(chunks):
+        k = bisect_right(starts, start) - 1
+        if length > 0 and k >= 0 and start + length <= ordered[k][1]:
+            out.append(i)
+    return out

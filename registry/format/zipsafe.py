@@ -17,13 +17,13 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Callable
 
 from ..constants import MAX_MEMBER_BYTES, MAX_MEMBERS
 from ..errors import NotFoundError, UnsafeArchiveError
 
 __all__ = ["ZipEntry", "read_entries", "read_canonical_entries", "check_member_name", "open_entry",
-           "read_entry_bytes"]
+           "read_entry_bytes", "canonical_data_spans", "END_RECORDS_MAX"]
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -292,6 +292,34 @@ def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int, name: str, w
             return usize, csize, offset
         pos += 4 + n
     raise _not_canonical(where, f"member {name!r} lacks its zip64 sizes", name)
+
+
+#: the end records of an archive are within this many bytes of its end (zip64 included)
+END_RECORDS_MAX = _EOCD.size + _LOCATOR.size + _EOCD64.size
+
+
+def canonical_data_spans(fp: BinaryIO, size: int, *, where: str,
+                         ensure: Callable[[int, int], None] = lambda lo, hi: None
+                         ) -> list[tuple[str, int, int]]:
+    """(name, data offset, size) of every member of the canonical archive ``fp`` holds in
+    ``[0, size)``, from its end records and central directory alone.
+
+    The local headers are not read: in the canonical layout each is exactly ``local_header``'s
+    bytes for the member, so its data starts right after them (``read_canonical_entries``, which
+    every program goes through before torch reads it, refuses a file where that is not so).
+    ``ensure(lo, hi)`` is called before bytes ``[lo, hi)`` are read, for a file still being
+    filled in (the cold load fetches those chunks first). ``UnsafeArchiveError`` when the end
+    records or the central directory are malformed.
+    """
+    from .zipwrite import local_header
+
+    ensure(max(0, size - END_RECORDS_MAX), size)
+    count, cd_offset, cd_size, _tail = _end_record(fp, 0, size, where)
+    if count > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"{where}: {count} members exceeds the limit of {MAX_MEMBERS}")
+    ensure(cd_offset, size)
+    return [(name, header_offset + len(local_header(name, usize, crc, header_offset)), usize)
+            for name, crc, usize, header_offset, _flags in _central_entries(fp, 0, cd_offset, cd_size, count, where)]
 
 
 def read_canonical_entries(path: str | os.PathLike, *, where: str | None = None, offset: int = 0,

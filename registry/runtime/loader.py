@@ -392,29 +392,52 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     # per machine in one limited subprocess first (registry.runtime.sandbox; exit 5 if it crashes or runs out)
     from .sandbox import vet_programs
 
+    if src.pending is not None and (not map_weights or any(v.kind == "aoti" for _, v in chosen) or
+                                    (config.enabled and not src.trusted_signers)):
+        src = src.settled()  # torch (or the sandbox's child) would read the weights: all verified first
     vet_programs(src, chosen, device, config)
-    loaded = {}
+    programs = []
     for spec, variant in chosen:
-        module = _load_variant(src, spec, variant, device, map_weights)
-        loaded[spec.name] = LoadedProgram(spec, variant, device, module)
+        src, program = _deserialize(src, spec, variant, device, map_weights)
+        programs.append((spec, variant, program))
+    src = src.settled()  # every chunk verified before anything reads a weight
+    loaded = {spec.name: LoadedProgram(spec, variant, device, _on_device(program, spec, variant, device))
+              for spec, variant, program in programs}
     return LoadedBundle(src, report, target, device, loaded)
 
 
-def _load_variant(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
-                  map_weights: bool = True) -> Any:
+def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
+                 map_weights: bool) -> tuple[MaterializedBundle, Any]:
+    """The variant's program as torch loads it (an ExportedProgram, or the AOTInductor
+    runner), and ``src`` (settled if torch needed a weight not verified yet: it is then loaded
+    again from the complete file)."""
     from . import torchrt
 
-    path = src.member_file(variant.member)
     label = f"{src.label or src.digest} ({variant.member})"  # the user's file or ref, not the cache blob
     torchrt.stand_in_pytree_classes(pytree_classes_of(spec))  # before torch reads the treespecs
     if variant.kind == "aoti":
-        return torchrt.load_aoti(path, variant.archive_name, device, label=label, program=spec.name)
-    ep = torchrt.load_exported_program(path, variant.archive_name, label=label, program=spec.name,
-                                        map_weights=map_weights)  # a cache file: never written in place
+        return src, torchrt.load_aoti(src.member_file(variant.member), variant.archive_name, device,
+                                      label=label, program=spec.name)
+    try:
+        return src, torchrt.load_exported_program(  # a cache file: never written in place
+            src.member_file(variant.member), variant.archive_name, label=label, program=spec.name,
+            map_weights=map_weights, unverified=src.unverified(variant.member))
+    except torchrt.WeightsNotVerified:
+        src = src.settled()
+    return src, torchrt.load_exported_program(src.member_file(variant.member), variant.archive_name,
+                                              label=label, program=spec.name, map_weights=map_weights)
+
+
+def _on_device(program: Any, spec: ProgramSpec, variant: Variant, device: str) -> Any:
+    """The callable module of a deserialized program, its weights moved to ``device``."""
+    from . import torchrt
+
+    if variant.kind == "aoti":
+        return program
     baked_elsewhere = any(b.device.split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
     if device != "cpu" or baked_elsewhere:
-        ep = torchrt.move_to_device(ep, device)
-    return torchrt.restore_guards(ep).module()
+        program = torchrt.move_to_device(program, device)
+    return torchrt.restore_guards(program).module()
 
 
 class _ChecksPassed(Exception):
@@ -463,13 +486,18 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
 
     load_libraries(list(libraries))
     import_modules(list(imports))
-    # the trust policy and require_signature before anything is deserialized; the registry
-    # (its database, for a ref) is needed only until the bundle is local
+    # the trust policy and require_signature before anything is deserialized. A ref not cached
+    # comes back with its raw weights still being fetched (``src.pending``) while torch
+    # deserializes the rest: the registry stays open until load_bundle has settled it
     with Registry(cache_dir=cache_dir) as reg:
-        src = open_source(source, registry=reg, require_signature=require_signature)
-    sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
-    return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
-                       trust_native=trust_native, sandbox=sandbox, map_weights=map_weights)
+        src = open_source(source, registry=reg, require_signature=require_signature, defer_weights=map_weights)
+        sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
+        try:
+            return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
+                               trust_native=trust_native, sandbox=sandbox, map_weights=map_weights)
+        finally:
+            if src.pending is not None:
+                src.pending.abort()  # a load that failed first: stop the fetch, leave no file
 
 
 def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:

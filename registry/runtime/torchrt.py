@@ -25,11 +25,12 @@ import logging
 
 import os
 import platform
+import posixpath
 import re
 import sys
 import threading
 import warnings
-from typing import Any, Iterable, Iterator
+from typing import Any, Collection, Iterable, Iterator
 
 from ..errors import InputValidationError, IntegrityError, NotFoundError, UsageError, brief
 from ..pt2.graph import BUILTIN_OP_NAMESPACES
@@ -152,7 +153,7 @@ def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> 
     try:
         with quiet_torch():
             yield
-    except (MemoryError, KeyboardInterrupt):
+    except (MemoryError, KeyboardInterrupt, WeightsNotVerified):
         raise
     except Exception as exc:
         missing = pytree_missing(exc)
@@ -170,8 +171,15 @@ def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> 
                              hint=hint) from exc
 
 
+class WeightsNotVerified(Exception):
+    """torch was about to read a record of the archive whose bytes are not verified yet (a
+    cold load overlapping the fetch of the weights, see ``load_exported_program``): wait for
+    the fetch, then load again. Never reaches a user."""
+
+
 def load_exported_program(path: str | os.PathLike, archive_name: str = "model", label: str | None = None,
-                          program: str | None = None, map_weights: bool = False) -> Any:
+                          program: str | None = None, map_weights: bool = False,
+                          unverified: Collection[str] = frozenset()) -> Any:
     """Deserialize one program from a verified, pickle-scanned `.pt2` file.
 
     ``label`` names the file for the user in errors (their bundle file or ref, their `.pt2`),
@@ -182,6 +190,11 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model", 
     read on first use and shared with every process that loads the same cached file. Only for a
     file that is never written in place while mapped (the client cache: files are replaced by
     rename, and a changed one is re-hashed, not reused); see ``_mapped_file_map``.
+    ``unverified`` (with ``map_weights``): records (``data/weights/weight_3``) whose bytes are
+    still being fetched and verified into ``path``. Deserializing maps them and reads none, so
+    it may run meanwhile; anything that would read one (a record torch copies: a pickled one,
+    one not aligned to its dtype, one whose device is not the CPU) raises
+    ``WeightsNotVerified`` before the read, and the caller waits and loads again.
     """
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
@@ -189,7 +202,8 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model", 
     where = f" from {label}" if label else ""
     with torch_loading(f"program {program or archive_name!r}{where}",
                        "the program is damaged or was written by an incompatible torch",
-                       hide=(path, label)), open(path, "rb") as f, _weights_mapped(f if map_weights else None):
+                       hide=(path, label)), open(path, "rb") as f, \
+            _weights_mapped(f if map_weights else None, frozenset(unverified)):
         contents = load_pt2(f)
     try:
         return contents.exported_programs[archive_name]
@@ -201,11 +215,26 @@ _MAPPING = threading.local()  # this thread's mapped file while load_pt2 runs, e
 
 
 @contextlib.contextmanager
-def _weights_mapped(f: Any) -> Iterator[None]:
-    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``."""
-    if f is None or not _install_mapped_file_map():
-        yield
-        return
+def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset()) -> Iterator[None]:
+    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``;
+    reading a record in ``unverified`` raises ``WeightsNotVerified`` instead."""
+    if unverified:
+        _install_read_guard()
+        _MAPPING.unverified = unverified
+    try:
+        if f is None or not _install_mapped_file_map():
+            if unverified:  # torch copies every weight: each must be verified first
+                raise WeightsNotVerified("weights are copied, not mapped")
+            yield
+            return
+        with _file_mapped(f, unverified):
+            yield
+    finally:
+        _MAPPING.unverified = frozenset()
+
+
+@contextlib.contextmanager
+def _file_mapped(f: Any, unverified: frozenset[str]) -> Iterator[None]:
     size = os.fstat(f.fileno()).st_size
     # the open file itself (its inode), not its path: a file renamed over it meanwhile is not mapped
     same = f"/proc/self/fd/{f.fileno()}" if os.path.isdir("/proc/self/fd") else os.fspath(f.name)
@@ -214,6 +243,8 @@ def _weights_mapped(f: Any) -> Iterator[None]:
     except (RuntimeError, OSError) as exc:  # a file system that cannot map: torch's copy
         logging.getLogger(__name__).debug("weights not mapped (%s): copying them", exc)
         _MAPPING.storage = None
+        if unverified:  # the copy would read bytes not verified yet
+            raise WeightsNotVerified(f"cannot map {f.name}: {exc}") from None
     try:
         yield
     finally:
@@ -232,7 +263,12 @@ def _install_mapped_file_map() -> bool:
     if not getattr(original, "registry_mapped", False):
         def build_file_map(archive_reader: Any, config: Any, base_dir: str) -> dict[str, Any]:
             storage = getattr(_MAPPING, "storage", None)
-            mapped = None if storage is None else _mapped_file_map(archive_reader, config, base_dir, storage)
+            unverified = getattr(_MAPPING, "unverified", frozenset())
+            mapped = None if storage is None else _mapped_file_map(archive_reader, config, base_dir, storage,
+                                                                   unverified)
+            if mapped is None and unverified:  # torch's loader copies every record it lists
+                for meta in config.config.values():
+                    _check_verified(os.path.join(base_dir, meta.path_name), unverified)
             return original(archive_reader, config, base_dir) if mapped is None else mapped
 
         build_file_map.registry_mapped = True  # type: ignore[attr-defined]
@@ -240,7 +276,33 @@ def _install_mapped_file_map() -> bool:
     return True
 
 
-def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: Any) -> dict[str, Any] | None:
+def _check_verified(record: str, unverified: frozenset[str]) -> None:
+    """``WeightsNotVerified`` if reading archive record ``record`` would read unverified bytes."""
+    if unverified and posixpath.normpath(record) in unverified:
+        raise WeightsNotVerified(f"record {record} is not verified yet")
+
+
+def _install_read_guard() -> None:
+    """Make torch's archive reader refuse, once per process, to read a record this thread's
+    load marked unverified (``_MAPPING.unverified``): every record torch reads outside
+    ``_build_file_map`` goes through ``PT2ArchiveReader.read_bytes``."""
+    import torch.export.pt2_archive._package as package  # private: the archive reader
+
+    reader = package.PT2ArchiveReader
+    original = reader.read_bytes
+    if getattr(original, "registry_guarded", False):
+        return
+
+    def read_bytes(self: Any, name: str) -> bytes:
+        _check_verified(name, getattr(_MAPPING, "unverified", frozenset()))
+        return original(self, name)
+
+    read_bytes.registry_guarded = True  # type: ignore[attr-defined]
+    reader.read_bytes = read_bytes
+
+
+def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: Any,
+                     unverified: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
     whole archive) at the record's data offset instead of a copy; None (torch's own loader then
     copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
@@ -251,7 +313,7 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
 
     reader, planned = archive_reader.archive_file, []
     for meta in config.config.values():
-        if meta.use_pickle:  # torch.load's, after this map is built
+        if meta.use_pickle:  # torch.load's, after this map is built (read through read_bytes)
             continue
         if meta.tensor_meta is None:  # malformed: torch's own loader says so
             return None
@@ -276,6 +338,7 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             tensor.requires_grad_(True)
         device = deserialize_device(tensor_meta.device)
         if device != t.device("cpu"):
+            _check_verified(os.path.join(base_dir, meta.path_name), unverified)  # .to() reads it
             tensor = tensor.to(device)
         file_map[meta.path_name] = tensor
     return file_map

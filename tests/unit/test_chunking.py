@@ -105,3 +105,65 @@ def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
     assert BundleFile.open(out).manifest.digest == forged.digest
     with pytest.raises(IntegrityError, match="chunk 1"):
         BundleFile.open(out).verify()
+
+
+def test_chunks_inside_spans():
+    from registry.format.chunking import chunks_inside
+
+    chunks = [(0, 100), (100, 50), (150, 50), (200, 10), (210, 0)]
+    assert chunks_inside(chunks, [(100, 100), (205, 10)]) == [1, 2]
+    assert chunks_inside(chunks, [(90, 200)]) == [1, 2, 3]   # a chunk must lie wholly inside
+    assert chunks_inside(chunks, [(101, 99), (0, 0)]) == [2]
+    assert chunks_inside(chunks, []) == []
+
+
+class _ReadLog:
+    """A file whose every read is checked against the ranges ``ensure`` was asked for first."""
+
+    def __init__(self, fp):
+        self.fp, self.allowed, self.pos = fp, [], 0
+
+    def ensure(self, lo, hi):
+        self.allowed.append((lo, hi))
+
+    def seek(self, pos, whence=0):
+        self.pos = self.fp.seek(pos, whence)
+        return self.pos
+
+    def read(self, n=-1):
+        data = self.fp.read(n)
+        lo, hi = self.pos, self.pos + len(data)
+        assert any(a <= lo and hi <= b for a, b in self.allowed), (lo, hi, self.allowed)
+        self.pos = hi
+        return data
+
+
+def test_weight_spans_come_from_the_end_records_and_central_directory_alone(finetune_pair, tmp_path):
+    """What a cold load reads to decide which chunks may still be fetching while torch
+    deserializes: the end records, then the central directory, nothing else (no local header,
+    no data), and the member offsets it derives are the ones the full canonical check finds."""
+    from registry.bundler import ProgramInput, build_bundle
+    from registry.format.bundle import BundleFile
+    from registry.format.chunking import chunks_inside
+    from registry.format.zipsafe import END_RECORDS_MAX, canonical_data_spans, read_canonical_entries
+
+    build_bundle(tmp_path / "b.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
+    bundle = BundleFile.open(tmp_path / "b.pt2b")
+    member = bundle.manifest.members[0]
+    offset, size = bundle.member_span(member.path)
+    program = tmp_path / "m.pt2"
+    with open(bundle.path, "rb") as f:
+        f.seek(offset)
+        program.write_bytes(f.read(size))
+    with open(program, "rb") as fp:
+        log = _ReadLog(fp)
+        spans = canonical_data_spans(log, size, where="m", ensure=log.ensure)
+    assert log.allowed[0] == (size - END_RECORDS_MAX, size) and log.allowed[1][1] == size
+    assert log.allowed[1][0] > size * 0.9  # the central directory: the archive's last bytes
+    entries = read_canonical_entries(program)
+    assert spans == [(e.name, e.data_offset, e.size) for e in entries.values()]
+    weights = [(o, n) for name, o, n in spans if "/data/weights/" in name and not name.endswith(".json")]
+    inside = chunks_inside([(o, n) for _sha, o, n in member.chunk_spans()], weights)
+    chunks = list(member.chunk_spans())
+    # the six 256 KiB weight matrices; the biases (1 KiB) lie in glue chunks with the headers
+    assert inside == [i for i, (_sha, _o, n) in enumerate(chunks) if n == 256 * 256 * 4] and len(inside) == 6

@@ -140,3 +140,50 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
         for by in (1, program.stat().st_size):
             shifted = type("Reader", (), {"archive_file": Shifted(by)})()
             assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
+
+
+def _weight_records(path: Path) -> frozenset[str]:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        names = [n.split("/", 1)[1] for n in z.namelist()]
+    return frozenset(n for n in names if n.startswith(("data/weights/", "data/constants/")) and not n.endswith(".json"))
+
+
+def test_records_not_verified_yet_are_mapped_never_read(program: Path) -> None:
+    """A cold load deserializes while the raw weights are still being fetched (``unverified``):
+    the mapped load reads none of them and gives torch's values; a load that would read one
+    (torch's copy: asked for, or because a record cannot be viewed in place) raises
+    ``WeightsNotVerified`` before it reads anything, so the loader waits and loads again."""
+    import torch.export.pt2_archive._package as package
+
+    records = _weight_records(program)
+    assert len(records) >= 8
+    mapped = torchrt.load_exported_program(program, map_weights=True, unverified=records)
+    copied = torchrt.load_exported_program(program)
+    for name, value in copied.state_dict.items():
+        assert torch.equal(mapped.state_dict[name], value), name
+    with pytest.raises(torchrt.WeightsNotVerified):
+        torchrt.load_exported_program(program, unverified=records)
+    real = torchrt._mapped_file_map
+    torchrt._mapped_file_map = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        with pytest.raises(torchrt.WeightsNotVerified):
+            torchrt.load_exported_program(program, map_weights=True, unverified=records)
+        # a program whose unverified records are all mapped is unaffected by the copy's check
+        torchrt.load_exported_program(program, map_weights=True)
+    finally:
+        torchrt._mapped_file_map = real  # type: ignore[assignment]
+    # every other read of a record goes through read_bytes: refused there too, in this thread only
+    one = sorted(records)[0]
+    with open(program, "rb") as f, torchrt._weights_mapped(f, frozenset({one})):
+        with package.PT2ArchiveReader(str(program)) as reader:
+            with pytest.raises(torchrt.WeightsNotVerified):
+                reader.read_bytes(one)
+            got: list[bytes] = []
+            t = threading.Thread(target=lambda: got.append(reader.read_bytes(one)))
+            t.start()
+            t.join(30)
+            assert got and len(got[0]) > 0
+    with package.PT2ArchiveReader(str(program)) as reader:
+        assert reader.read_bytes(one) == got[0]  # the guard is off again once the load is over

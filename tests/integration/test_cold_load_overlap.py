@@ -1,0 +1,204 @@
+"""A cold ``registry.load`` deserializes the graph while the raw weights are still being fetched
+(``client.transfer.fetch_members_deferred``), and is exactly as safe as a load that waited:
+torch reads no byte that is not verified, a chunk that does not match fails the load and
+leaves nothing in the cache, a load that fails first stops the fetch, and the pull is audited
+only once every chunk matched."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import registry  # noqa: E402
+from registry.blobs.base import blob_relpath  # noqa: E402
+from registry.client import Registry  # noqa: E402
+from registry.errors import IntegrityError, NotFoundError  # noqa: E402
+from registry.format.bundle import BundleFile  # noqa: E402
+from registry.format.chunking import chunks_inside  # noqa: E402
+from registry.format.zipsafe import read_canonical_entries  # noqa: E402
+from registry.runtime import torchrt  # noqa: E402
+from registry.runtime.loader import load_bundle  # noqa: E402
+
+
+class Weighty(torch.nn.Module):
+    """Weights of 1 MiB and more (each its own chunk), small ones (glue), a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(512, 512)
+        self.b = torch.nn.Linear(512, 512)
+        self.norm = torch.nn.LayerNorm(512)
+        self.register_buffer("table", torch.randn(300, 1000))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.b(self.a(x))) + self.table[:1, :512]
+
+
+@pytest.fixture(scope="module")
+def weighty(tmp_path_factory: pytest.TempPathFactory):
+    from registry.bundler import bundle_exported_programs
+
+    torch.manual_seed(0)
+    model = Weighty().eval()
+    x = torch.randn(3, 512)
+    path = tmp_path_factory.mktemp("weighty") / "weighty.pt2b"
+    bundle_exported_programs(path, {"m": torch.export.export(model, (x,))})
+    with torch.no_grad():
+        return path, x, model(x)
+
+
+@pytest.fixture
+def home(tmp_path: Path, weighty, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A registry home (SQLite + local store) holding the bundle as t/m@1; the sandbox off, as
+    for a bundle a trusted key signed (with the sandbox on, a cold load waits for every chunk)."""
+    for var in [v for v in os.environ if v.startswith("PT2REG_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("PT2REG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PT2REG_SANDBOX", "off")
+    with Registry() as reg:
+        reg.push(weighty[0], "t/m")
+    return tmp_path / "home"
+
+
+def _weight_chunks(bundle_path: Path) -> set[str]:
+    """Digests of the program's chunks that hold nothing but raw weight bytes (the oracle:
+    from the full canonical read of the member, not the loader's own plan)."""
+    bundle = BundleFile.open(bundle_path)
+    member = next(m for m in bundle.manifest.members if m.chunks)
+    offset, size = bundle.member_span(member.path)
+    entries = read_canonical_entries(bundle.path, offset=offset, size=size)
+    spans = [(e.data_offset - offset, e.size) for e in entries.values()
+             if "/data/weights/" in e.name and not e.name.endswith(".json")]
+    chunks = list(member.chunk_spans())
+    return {"sha256:" + chunks[i][0] for i in chunks_inside([(o, n) for _s, o, n in chunks], spans)}
+
+
+class HeldStore:
+    """The local store, with the chunks in ``held`` not delivered until ``release`` is set."""
+
+    def __init__(self, inner, held: set[str]) -> None:
+        self.inner, self.held = inner, held
+        self.release = threading.Event()
+        self.released_in_time = None
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get_parts(self, fd, parts, *, progress=None, on_done=None):
+        free = [i for i, p in enumerate(parts) if p.digest not in self.held]
+        held = [i for i, p in enumerate(parts) if p.digest in self.held]
+        for group in (free, held):
+            if group is held and group:
+                self.released_in_time = self.release.wait(60)
+            self.inner.get_parts(fd, [parts[i] for i in group], progress=progress,
+                                 on_done=None if on_done is None else (lambda j, g=group: on_done(g[j])))
+
+
+def _spy_loads(monkeypatch: pytest.MonkeyPatch, on_call=None) -> list[frozenset[str]]:
+    calls: list[frozenset[str]] = []
+    real = torchrt.load_exported_program
+
+    def spy(*args, **kwargs):
+        calls.append(frozenset(kwargs.get("unverified", ())))
+        if on_call is not None:
+            on_call()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torchrt, "load_exported_program", spy)
+    return calls
+
+
+def _leftovers(home: Path) -> list[Path]:
+    return [p for p in (home / "cache").rglob("*") if p.name.endswith(".incomplete")]
+
+
+def test_torch_deserializes_while_the_weights_are_still_fetching(home, weighty, monkeypatch):
+    path, x, expected = weighty
+    held = _weight_chunks(path)
+    assert len(held) >= 3  # a.weight, b.weight, table
+    with Registry() as reg:
+        store = HeldStore(reg.blobs, held)
+        reg._blobs = store
+        calls = _spy_loads(monkeypatch, on_call=store.release.set)  # torch starts: let them come
+        src = reg.materialize("t/m@1", defer_weights=True)
+        assert src.pending is not None and not store.release.is_set()
+        member = next(m for m in src.manifest.members if m.chunks)
+        assert src.member_file(member.path).name.endswith(".incomplete")
+        loaded = load_bundle(src, device="cpu", sandbox=None)
+        events = [e.action for e in reg.meta.events(model="t/m")]
+    assert store.released_in_time is True  # the weights arrived only after torch had started
+    assert calls and {"data/weights/weight_0"} <= calls[0] and len(calls) == 1
+    torch.testing.assert_close(loaded["m"](x), expected)
+    final = loaded.source.member_file(member.path)
+    assert loaded.source.pending is None and final == reg.cache.member_path(member)
+    assert final.stat().st_mode & 0o777 == 0o444 and reg.cache.usable_member(member)
+    assert _leftovers(home) == [] and events.count("pull") == 1
+
+
+def test_registry_load_of_a_ref_overlaps_and_a_warm_load_needs_no_fetch(home, weighty, monkeypatch):
+    path, x, expected = weighty
+    calls = _spy_loads(monkeypatch)
+    cold = registry.load("t/m@1")
+    assert calls[0] and cold.source.pending is None
+    torch.testing.assert_close(cold["m"](x), expected)
+    warm = registry.load("t/m@1")  # cached: nothing pending, nothing unverified
+    assert calls[-1] == frozenset() and warm.source.files == cold.source.files
+    torch.testing.assert_close(warm["m"](x), expected)
+
+
+def test_a_weight_chunk_that_does_not_match_fails_the_load_and_leaves_nothing(home, weighty, monkeypatch):
+    path, _x, _expected = weighty
+    bad = sorted(_weight_chunks(path))[0]
+    blob = home / "store" / blob_relpath(bad)
+    os.chmod(blob, 0o644)
+    with open(blob, "r+b") as f:  # one bit flipped in the store
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    calls = _spy_loads(monkeypatch)
+    with pytest.raises(IntegrityError, match=bad):
+        registry.load("t/m@1")
+    assert calls and calls[0]  # torch had started on the verified part
+    assert _leftovers(home) == [] and not list((home / "cache").glob("members/*/*"))
+    with Registry() as reg:
+        assert "pull" not in [e.action for e in reg.meta.events(model="t/m")]
+
+
+def test_a_load_that_fails_before_the_weights_arrive_stops_the_fetch(home, weighty):
+    with pytest.raises(NotFoundError, match="no program 'nope'"):
+        registry.load("t/m@1", programs=["nope"])
+    assert _leftovers(home) == []
+    assert not [t for t in threading.enumerate() if t.name == "pt2reg-fetch"]
+
+
+def test_a_record_torch_would_read_makes_the_load_wait_for_it(home, weighty, monkeypatch):
+    """A record that cannot be viewed in place (here: every one) is copied by torch, which
+    would read unverified bytes: the load waits for every chunk and deserializes again."""
+    path, x, expected = weighty
+    monkeypatch.setattr(torchrt, "_mapped_file_map", lambda *a, **k: None)
+    calls = _spy_loads(monkeypatch)
+    loaded = registry.load("t/m@1")
+    assert len(calls) == 2 and calls[0] and calls[1] == frozenset()
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert _leftovers(home) == []
+
+
+def test_the_sandbox_and_copied_weights_wait_for_every_chunk(home, weighty, monkeypatch):
+    """What reads the weights (the first-load sandbox's child, a load that copies them) only
+    starts once every chunk matched."""
+    path, x, expected = weighty
+    calls = _spy_loads(monkeypatch)
+    copied = registry.load("t/m@1", map_weights=False)
+    torch.testing.assert_close(copied["m"](x), expected)
+    monkeypatch.setenv("PT2REG_SANDBOX", "on")
+    for p in sorted((home / "cache").glob("members/*/*")):
+        os.chmod(p, 0o644)
+        p.unlink()
+    sandboxed = registry.load("t/m@1")
+    torch.testing.assert_close(sandboxed["m"](x), expected)
+    assert calls == [frozenset(), frozenset()]
