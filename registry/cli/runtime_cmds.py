@@ -37,12 +37,13 @@ def _console() -> Any:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
-def _open(app: App, source: str, pubkeys: tuple[str, ...]) -> MaterializedBundle:
+def _open(app: App, source: str, pubkeys: tuple[str, ...], *, defer_weights: bool = False) -> MaterializedBundle:
     """The bundle file or ref as verified files, the trust policy and ``--require-signature``
-    keys enforced (exit 5 before anything is loaded)."""
+    keys enforced (exit 5 before anything is loaded). ``defer_weights``: a ref not cached may
+    come back with its raw weights still being fetched (``load_bundle`` settles it)."""
     from ..sources import open_source
 
-    return open_source(source, registry=app.registry, require_signature=pubkeys)
+    return open_source(source, registry=app.registry, require_signature=pubkeys, defer_weights=defer_weights)
 
 
 def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
@@ -231,16 +232,31 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     no trusted key signed is deserialized in a limited subprocess first (PT2REG_SANDBOX=off
     skips it), exit 5 if that crashes or runs out of memory or time.
     """
-    from ..errors import RegistryError, UsageError
-    from ..runtime.loader import load_bundle, save_outputs
-    from ..runtime.sandbox import SandboxConfig
-    from ..runtime.probe import default_device
+    from ..errors import UsageError
 
     if not inputs_file and not samples:
         raise UsageError("nothing to run", hint="pass --inputs FILE.pt or --samples")
     if output_file and not inputs_file:
         raise UsageError("--output needs --inputs")
-    src = _open(app, source, pubkeys)
+    # a cold run fetches the weights while the checks below and torch's deserialization run
+    src = _open(app, source, pubkeys, defer_weights=True)
+    try:
+        _run_loaded(app, src, program, inputs_file, output_file, samples, device, imports, libraries,
+                    trust_pickle, trust_native, as_json)
+    finally:
+        if src.pending is not None:
+            src.pending.abort()  # a run that failed before the load settled it: stop, leave no file
+
+
+def _run_loaded(app: App, src: MaterializedBundle, program: str | None, inputs_file: str | None,
+                output_file: str | None, samples: bool, device: str | None, imports: tuple[str, ...],
+                libraries: tuple[str, ...], trust_pickle: bool, trust_native: bool, as_json: bool) -> None:
+    """``run``'s body once the bundle is open (its weights perhaps still arriving)."""
+    from ..errors import RegistryError, UsageError
+    from ..runtime.loader import load_bundle, save_outputs
+    from ..runtime.sandbox import SandboxConfig
+    from ..runtime.probe import default_device
+
     names = list(src.manifest.programs)
     if program is not None and program not in names:
         raise UsageError(f"bundle has no program {program!r}; programs: {', '.join(names)}")

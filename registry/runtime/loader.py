@@ -12,6 +12,14 @@ deserialization in a limited subprocess (``registry.runtime.sandbox``) -> load t
 chosen only when a trusted key signed the bundle or ``trust_native``) -> every call's inputs
 checked against the signature (``registry.runtime.inputs``) before the graph runs. The trust
 policy (``registry.client.trust``) is enforced by ``load`` before any of this.
+
+A cold ``load`` of a ref gets a ``pending`` bundle (``Registry.materialize(defer_weights=True)``):
+everything but its raw weight records is verified, and the weights are still being fetched.
+Vetting and torch's deserialization (which maps the weights and reads none) run meanwhile; a
+read of an unverified record raises ``torchrt.WeightsNotVerified`` first, and the load waits.
+The bundle is settled (every chunk verified, the file in the cache) before the sandbox's child
+runs, before an AOTInductor variant or copied weights are loaded, and before any module is
+moved to its device or handed back.
 """
 from __future__ import annotations
 

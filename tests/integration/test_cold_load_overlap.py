@@ -202,3 +202,21 @@ def test_the_sandbox_and_copied_weights_wait_for_every_chunk(home, weighty, monk
     sandboxed = registry.load("t/m@1")
     torch.testing.assert_close(sandboxed["m"](x), expected)
     assert calls == [frozenset(), frozenset()]
+
+
+def test_pt2reg_run_of_a_ref_overlaps_too_and_a_refused_run_leaves_nothing(home, weighty, monkeypatch, tmp_path):
+    from tests.cli_inprocess import run_in_process
+
+    path, x, expected = weighty
+    inputs, out = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save((x,), inputs)
+    calls = _spy_loads(monkeypatch)
+    bad = run_in_process("run", "t/m@1", "--program", "nope", "--inputs", str(inputs))
+    assert bad.returncode == 2 and "no program 'nope'" in bad.stderr
+    assert _leftovers(home) == [] and not [t for t in threading.enumerate() if t.name == "pt2reg-fetch"]
+    assert calls == []
+    ok = run_in_process("run", "t/m@1", "--inputs", str(inputs), "--output", str(out), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert calls and calls[0]  # deserialized while the weights were still unverified
+    torch.testing.assert_close(torch.load(out)[0], expected)
+    assert _leftovers(home) == []
