@@ -220,3 +220,25 @@ def test_pt2reg_run_of_a_ref_overlaps_too_and_a_refused_run_leaves_nothing(home,
     assert calls and calls[0]  # deserialized while the weights were still unverified
     torch.testing.assert_close(torch.load(out)[0], expected)
     assert _leftovers(home) == []
+
+
+def test_a_cold_run_overlaps_on_every_store_and_through_the_server(reg_env, weighty, monkeypatch, tmp_path):
+    """Local store, S3, behind a real ``pt2reg serve``: the cold run deserializes before the
+    weights are verified and gives the exported outputs; a weight chunk damaged in the store
+    fails another machine's cold run with exit 5 and leaves no file in its cache."""
+    path, x, expected = weighty
+    monkeypatch.setenv("PT2REG_SANDBOX", "off")
+    assert reg_env.cli("push", str(path), "--name", "t/m").returncode == 0
+    inputs, out = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save((x,), inputs)
+    calls = _spy_loads(monkeypatch)
+    r = reg_env.cli("run", "t/m@1", "--inputs", str(inputs), "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert calls and calls[0]
+    torch.testing.assert_close(torch.load(out)[0], expected)
+    reg_env.corrupt_blob(sorted(_weight_chunks(path))[0])
+    other = tmp_path / "other-home"
+    r = reg_env.cli("run", "t/m@1", "--inputs", str(inputs), home=other)
+    assert r.returncode == 5 and r.stderr.count("\n") <= 3, r.stderr
+    assert "corrupt" in r.stderr or "does not match" in r.stderr
+    assert not [p for p in other.rglob("*") if p.name.endswith(".incomplete") or p.parent.parent.name == "members"]
