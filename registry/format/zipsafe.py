@@ -283,6 +283,8 @@ def _zip64_sizes(extra: bytes, usize: int, csize: int, offset: int, name: str, w
         body = extra[pos + 4:pos + 4 + n]
         if tag == 1:
             values = list(struct.unpack_from(f"<{len(body) // 8}Q", body))
+            if len(values) < [usize, csize, offset].count(0xFFFFFFFF):
+                break
             if usize == 0xFFFFFFFF:
                 usize = values.pop(0)
             if csize == 0xFFFFFFFF:

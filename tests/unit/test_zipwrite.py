@@ -49,3 +49,20 @@ def test_an_archive_past_two_gib_is_canonical(tmp_path: Path):
     assert entries["archive/b"].data_offset > big
     with zipfile.ZipFile(path) as z:
         assert z.read("archive/b") == b"tail"
+
+
+def test_a_zip64_extra_too_short_for_its_sentinels_is_refused_in_one_line():
+    """A central-directory entry whose sizes say "see the zip64 extra" and whose extra holds
+    fewer values than that: refused as not canonical (UnsafeArchiveError), not an IndexError."""
+    import struct
+
+    import pytest
+
+    from registry.errors import UnsafeArchiveError
+    from registry.format.zipsafe import _zip64_sizes
+
+    full = struct.pack("<HH3Q", 1, 24, 10, 10, 7)
+    assert _zip64_sizes(full, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, "m", "w") == (10, 10, 7)
+    for short in (struct.pack("<HHQ", 1, 8, 10), struct.pack("<HH", 1, 0), b""):
+        with pytest.raises(UnsafeArchiveError, match="lacks its zip64 sizes"):
+            _zip64_sizes(short, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, "m", "w")
