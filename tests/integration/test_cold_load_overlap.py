@@ -222,8 +222,10 @@ def test_pt2reg_run_of_a_ref_overlaps_too_and_a_refused_run_leaves_nothing(home,
     assert _leftovers(home) == []
 
 
-def test_a_cold_run_overlaps_on_every_store_and_through_the_server(reg_env, weighty, monkeypatch, tmp_path):
-    """Local store, S3, behind a real ``pt2reg serve``: the cold run deserializes before the
+@pytest.mark.parametrize("reg_env", ["moto", "team-server"], indirect=True)
+def test_a_cold_run_overlaps_on_s3_and_through_the_server(reg_env, weighty, monkeypatch, tmp_path):
+    """S3 directly, and a real ``pt2reg serve`` (PostgreSQL, SeaweedFS, presigned URLs) -- the
+    other two ``get_parts`` (the local store's is above): the cold run deserializes before the
     weights are verified and gives the exported outputs; a weight chunk damaged in the store
     fails another machine's cold run with exit 5 and leaves no file in its cache."""
     path, x, expected = weighty
