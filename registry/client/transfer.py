@@ -21,6 +21,7 @@ import io
 import os
 import tempfile
 import threading
+from bisect import bisect_left
 from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Callable, Collection
@@ -267,9 +268,10 @@ def _defer_plan(fetch: _MemberFetch, where: str) -> tuple[list[int], frozenset[s
         if rel.startswith(_PAYLOAD_DIRS) and not rel.endswith(".json"):
             payload.append((rel, offset, size))
     deferred = chunks_inside([(p.offset, p.size) for p in fetch.parts], [(o, n) for _, o, n in payload])
-    records = {rel for rel, offset, size in payload
-               if any(fetch.parts[i].offset >= offset and fetch.parts[i].offset < offset + size for i in deferred)}
-    return deferred, frozenset(records)
+    starts = sorted(fetch.parts[i].offset for i in deferred)  # each lies wholly inside one record
+    records = frozenset(rel for rel, offset, size in payload
+                        if (k := bisect_left(starts, offset)) < len(starts) and starts[k] < offset + size)
+    return deferred, records
 
 
 def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None
