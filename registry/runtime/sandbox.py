@@ -280,8 +280,14 @@ def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
                     f"raise {ENV_SANDBOX_SECONDS} if the program is genuinely that slow to load")
         if sig == signal.SIGKILL:
             return "was killed", f"({sname}; out of memory?)", mem_fix
-        return f"crashed ({sname})", "", "the program is damaged or hostile"
-    return (f"crashed (exit {rc})", f": {last[:200]}" if last else "", "the program is damaged or hostile")
+        return f"crashed ({sname})", "", CRASHED
+    return (f"crashed (exit {rc})", f": {last[:200]}" if last else "", CRASHED)
+
+
+#: a crash is not always the file's doing: torch 2.11's AOTInductor CUDA loader crashed (SIGSEGV)
+#: on a freshly compiled, benign package on an H100 (scripts/gpu_smoke.py --aoti), without us
+CRASHED = ("the program is damaged or hostile, or this torch's own loader crashes on it "
+           "(check that the same torch loads a program you built yourself)")
 
 
 def _refuse(what: str, verb: str, detail: str, fix: str) -> None:

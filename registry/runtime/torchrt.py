@@ -306,12 +306,17 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
     whole archive) at the record's data offset instead of a copy; None (torch's own loader then
     copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
-    lie inside the file, or has no tensor metadata."""
+    lie inside the file, or has no tensor metadata, or if this torch's archive reader cannot say
+    where a record lies (torch 2.11 has no ``get_record_size``)."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
         deserialize_device, deserialize_scalar_type, deserialize_size)
 
     reader, planned = archive_reader.archive_file, []
+    size_of = getattr(reader, "get_record_size", None)  # torch 2.11's reader has no record sizes
+    offset_of = getattr(reader, "get_record_offset", None)
+    if size_of is None or offset_of is None:
+        return None
     for meta in config.config.values():
         if meta.use_pickle:  # torch.load's, after this map is built (read through read_bytes)
             continue
@@ -319,7 +324,7 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             return None
         dtype = deserialize_scalar_type(meta.tensor_meta.dtype)
         record = os.path.join(base_dir, meta.path_name)
-        nbytes, offset = reader.get_record_size(record), reader.get_record_offset(record)
+        nbytes, offset = size_of(record), offset_of(record)
         width = t._utils._element_size(dtype)
         if nbytes and (nbytes % width or offset % width or offset < 0 or offset + nbytes > storage.nbytes()):
             return None

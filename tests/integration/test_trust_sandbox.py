@@ -386,3 +386,14 @@ def test_cpu_limit_and_bad_settings(pt2reg, bundles, tmp_path, monkeypatch, sand
         with pytest.raises(UsageError, match=var):
             load(bundles["v4"], cache_dir=tmp_path / "c")
         monkeypatch.setenv(var, {"PT2REG_SANDBOX": "on"}.get(var, "60"))
+
+
+def test_a_crash_in_the_sandbox_names_torch_itself_as_a_possible_cause():
+    """torch 2.11's AOTInductor CUDA loader crashed on a benign package (scripts/gpu_smoke.py on an
+    H100): the line must not accuse the file alone, for a signal or a bare exit code."""
+    import signal
+
+    for rc, verb in ((-signal.SIGSEGV, "crashed (SIGSEGV)"), (139, "crashed (exit 139)")):
+        done = subprocess.CompletedProcess([], rc, stdout="", stderr="Fatal Python error: Segmentation fault\n")
+        got, _detail, fix = sandbox_mod._verdict(done, 2 << 30, 60, 1.0)
+        assert got == verb and "damaged or hostile" in fix and "this torch's own loader" in fix

@@ -142,6 +142,26 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
             assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
 
 
+def test_a_torch_whose_reader_cannot_say_where_records_lie_copies_them(program: Path) -> None:
+    """torch 2.11's archive reader has no ``get_record_size`` (seen on a GPU machine): no map,
+    torch's own loader (2.11's copies, asking no sizes) reads the records. That load itself ran
+    on torch 2.11 in ``scripts/gpu_smoke.py``: this torch's own loader needs the method."""
+    import torch.export.pt2_archive._package as package
+
+    storage = torch.UntypedStorage.from_file(str(program), shared=False, nbytes=program.stat().st_size)
+    with package.PT2ArchiveReader(str(program)) as reader:
+        config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
+        for missing in ("get_record_size", "get_record_offset"):
+            class Older:  # the same archive, as an older torch's reader offers it
+                def __getattr__(self, name: str, missing: str = missing) -> object:
+                    if name == missing:
+                        raise AttributeError(name)
+                    return getattr(reader.archive_file, name)
+
+            older = type("Reader", (), {"archive_file": Older()})()
+            assert torchrt._mapped_file_map(older, config, "data/weights", storage) is None
+
+
 def _weight_records(path: Path) -> frozenset[str]:
     import zipfile
 
