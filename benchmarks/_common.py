@@ -170,12 +170,28 @@ def peak_rss_mib() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+#: JSON {"seaweed": {...}, "postgres": {...}}: services already running that a script uses
+#: instead of starting its own (the smoke test passes the test run's: starting and stopping
+#: SeaweedFS takes ~10 s, PostgreSQL a few). Each use makes its own bucket or database.
+ENV_SHARED_SERVICES = "PT2REG_BENCH_SERVICES"
+
+
+def _shared(name: str) -> dict[str, Any] | None:
+    raw = os.environ.get(ENV_SHARED_SERVICES)
+    return json.loads(raw).get(name) if raw else None
+
+
 @contextlib.contextmanager
 def seaweed(attempts: int = 3) -> Iterator[Any]:
     """A SeaweedFS S3 server on loopback (tests/services_s3.py), retried if it fails to start
-    (it occasionally dies at start-up when a chosen port is taken meanwhile)."""
-    from tests.services_s3 import seaweed_server
+    (it occasionally dies at start-up when a chosen port is taken meanwhile); the one named in
+    ``PT2REG_BENCH_SERVICES`` if any (left running)."""
+    from tests.services_s3 import _load_seaweed, seaweed_server
 
+    doc = _shared("seaweed")
+    if doc is not None:
+        yield _load_seaweed(doc)
+        return
     for attempt in range(attempts):
         cm = seaweed_server()
         try:
@@ -188,6 +204,20 @@ def seaweed(attempts: int = 3) -> Iterator[Any]:
         yield server
     finally:
         cm.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def postgres() -> Iterator[Any]:
+    """A PostgreSQL server on loopback (tests/services_pg.py), or the one named in
+    ``PT2REG_BENCH_SERVICES`` (left running)."""
+    from tests.services_pg import _load, postgres_server
+
+    doc = _shared("postgres")
+    if doc is not None:
+        yield _load(doc)
+        return
+    with postgres_server() as server:
+        yield server
 
 
 # -- the generated model ---------------------------------------------------------------------

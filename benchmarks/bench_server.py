@@ -56,7 +56,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from _common import BENCH, PT2REG, PYTHON, Row, median, models, report, scratch, seaweed
+from _common import BENCH, PT2REG, PYTHON, Row, median, models, postgres, report, scratch, seaweed
 
 VENV = BENCH / ".venv-mlflow"
 MLFLOW_PY = str(VENV / "bin" / "python")
@@ -549,13 +549,11 @@ def main() -> None:
         "ours_resolve": "GET /v1/resolve?ref=NAME@ALIAS with a pull-only bearer token",
         "mlflow_resolve": "GET /api/2.0/mlflow/registered-models/alias (get_model_version_by_alias)"}
     from registry.store import make_engine, open_metadata_store, upgrade
-    from tests.services_pg import postgres_server
-
     from bench_resolve import fill
 
     t_start = time.perf_counter()
     rows: list[Row] = []
-    with scratch("server-") as work, postgres_server() as pg, seaweed() as s3:
+    with scratch("server-") as work, postgres() as pg, seaweed() as s3:
         # -- ours: schema from the migrations, 100,000 versions in bulk, the bundles, a token ----
         db = pg.new_database()
         engine = make_engine(db)

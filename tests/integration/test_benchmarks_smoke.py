@@ -4,6 +4,7 @@ performance figures live in benchmarks/ and are measured side by side there.
 One test per script, so the pytest-xdist workers share them (together they take ~90 s of CPU);
 ``run_all.py --table-only`` then renders whatever results exist."""
 import json
+import os
 import subprocess
 import sys
 
@@ -16,12 +17,25 @@ SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale",
 EXTRA = {"server": ["--skip-mlflow"]}
 
 
+#: the run's own services, which these scripts use rather than start their own (~10 s each)
+SERVICES = {"s3": ("seaweed",), "memory": ("seaweed",), "scale": ("seaweed",), "server": ("seaweed", "postgres")}
+
+
+def _service_doc(server: object) -> dict:
+    """What ``benchmarks/_common.seaweed()`` / ``postgres()`` rebuild the server from."""
+    fields = ("endpoint", "env", "port", "url", "log_path", "startup_seconds")
+    return {f: str(v) if f == "log_path" else v for f in fields if (v := getattr(server, f, None)) is not None}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # ~30 s alone for the slowest; far more on a machine shared with other work
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_benchmark_script_runs_in_quick_mode(name):
+def test_benchmark_script_runs_in_quick_mode(name, request):
+    fixtures = {"seaweed": "seaweed_s3", "postgres": "pg_server"}
+    shared = {s: _service_doc(request.getfixturevalue(fixtures[s])) for s in SERVICES.get(name, ())}
+    env = {**os.environ, "PT2REG_BENCH_SERVICES": json.dumps(shared)} if shared else None
     r = subprocess.run([sys.executable, f"benchmarks/bench_{name}.py", "--quick", *EXTRA.get(name, [])],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads((ROOT / "benchmarks" / "out" / f"{name}-quick.json").read_text())
     assert result["rows"], name
