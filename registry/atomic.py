@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_write", "USER_FILE", "current_umask", "sync_filesystem"]
+__all__ = ["atomic_write", "new_temp", "USER_FILE", "current_umask", "sync_filesystem"]
 
 #: ``atomic_write(..., mode=USER_FILE)``: the mode ``open()`` would give a new file (0o666 & ~umask).
 USER_FILE = "user"
@@ -38,6 +39,35 @@ def current_umask() -> int:
     return old
 
 
+#: A temp file of an earlier write of the same destination that nobody has written for this
+#: long was left by a process that died (SIGKILL, power loss: no ``finally`` ran); the next
+#: write of that destination removes it. A live writer touches its file on every write.
+STALE_TEMP_SECONDS = 24 * 3600
+
+
+def new_temp(dest: Path) -> tuple[int, str]:
+    """(fd, path) of a new private temp file beside ``dest``, ``.<name>.<random>.incomplete``
+    (created exclusively: concurrent writers never share one, a planted symlink is never
+    followed), after removing the stale temp files earlier writes of ``dest`` left behind."""
+    _remove_stale_temps(dest)
+    return tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
+
+
+def _remove_stale_temps(dest: Path) -> None:
+    prefix, cutoff = f".{dest.name}.", time.time() - STALE_TEMP_SECONDS
+    try:
+        with os.scandir(dest.parent) as entries:
+            stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(".incomplete")
+                     and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff]
+    except OSError:  # unreadable directory, or an entry gone meanwhile: nothing is swept this time
+        return
+    for path in stale:
+        try:
+            os.unlink(path)
+        except OSError:  # another writer swept it first
+            pass
+
+
 @contextmanager
 def atomic_write(dest: str | os.PathLike, *, mode: int | str | None = None, fsync: bool = True
                  ) -> Iterator[IO[bytes]]:
@@ -51,7 +81,7 @@ def atomic_write(dest: str | os.PathLike, *, mode: int | str | None = None, fsyn
         raise ValueError(f"mode {mode!r}: an int or USER_FILE expected")
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
+    fd, tmp = new_temp(dest)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

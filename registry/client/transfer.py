@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import threading
 from bisect import bisect_left
 from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Callable, Collection
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, locked_progress
 from ..errors import UnsafeArchiveError
 from ..format.bundle import BundleFile
@@ -105,8 +104,8 @@ _PAYLOAD_DIRS = ("data/weights/", "data/constants/")
 
 
 class _MemberFetch:
-    """A chunked member being fetched into a new temp file beside its cache path (named as
-    ``atomic_write`` names its own), its chunks in an order of our choosing, each marked done
+    """A chunked member being fetched into a new temp file beside its cache path (``new_temp``,
+    as ``atomic_write``'s), its chunks in an order of our choosing, each marked done
     once verified; the file replaces the cache path only when every chunk matched."""
 
     def __init__(self, member: Member, blobs: BlobStore, dest: Path, progress: ProgressFn | None) -> None:
@@ -118,7 +117,7 @@ class _MemberFetch:
         self._stop = False
         self._thread: threading.Thread | None = None
         dest.parent.mkdir(parents=True, exist_ok=True)
-        self.fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".incomplete", dir=dest.parent)
+        self.fd, tmp = new_temp(dest)
         self.path = Path(tmp)
         try:
             preallocate(self.fd, member.size)

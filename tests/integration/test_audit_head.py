@@ -19,6 +19,7 @@ from registry.digests import digest_of_bytes
 from registry.format.signing import load_private_key
 from registry.store import open_metadata_store
 from registry.store.audit_chain import GENESIS_HASH, seal
+from registry.store.engine import WRITE_OPTION
 from registry.store.orm import json_text
 from tests.fixtures_pt2 import run_cli
 from tests.services_server import make_token, registry_server
@@ -51,8 +52,10 @@ def publish(store: Any, name: str, n: int, aliases: Sequence[str] = ()) -> None:
 
 def recompute_chain_after_editing(engine: Any, seq: int, details: dict[str, Any]) -> None:
     """The attack: set event ``seq``'s details, then recompute every hash from there on with
-    the chain's own functions, so the chain links and hashes check out again."""
-    with engine.begin() as conn:
+    the chain's own functions, so the chain links and hashes check out again. One write
+    transaction from the start (``BEGIN IMMEDIATE`` on SQLite): a read that later upgrades to a
+    write fails at once with "database is locked" if a running server signed a head meanwhile."""
+    with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
         rows = conn.execute(text("SELECT seq, ts, actor, host, action, model, version, digest, ref, "
                                  "details_json, prev_hash FROM audit_events ORDER BY seq")).mappings().all()
         prev = GENESIS_HASH

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,14 @@ def test_torch_deserializes_while_the_weights_are_still_fetching(home, weighty, 
 def test_registry_load_of_a_ref_overlaps_and_a_warm_load_needs_no_fetch(home, weighty, monkeypatch):
     path, x, expected = weighty
     calls = _spy_loads(monkeypatch)
+    with Registry() as reg:  # a crashed earlier fetch's temp file, and a live one's
+        dest = reg.cache.member_path(next(m for m in BundleFile.open(path).manifest.members if m.chunks))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stale, live = (dest.parent / f".{dest.name}.{tag}.incomplete" for tag in ("crashed", "live"))
+    stale.write_bytes(b"x"), live.write_bytes(b"x")
+    os.utime(stale, (time.time() - 2 * 86400,) * 2)
     cold = registry.load("t/m@1")
+    assert not stale.exists() and live.exists()  # the next fetch of that member swept the stale one
     assert calls[0] and cold.source.pending is None
     torch.testing.assert_close(cold["m"](x), expected)
     warm = registry.load("t/m@1")  # cached: nothing pending, nothing unverified
