@@ -69,12 +69,16 @@ def _actor(reg_env, who: str | None) -> Iterator[None]:
 
 
 def _sql(reg_env, *statements: str, **params) -> list[list[tuple]]:
-    """Run raw SQL on the registry's database (the attacker's view); rows of each statement."""
-    from sqlalchemy import create_engine, text
+    """Run raw SQL on the registry's database (the attacker's view); rows of each statement.
+    One write transaction from the start (``BEGIN IMMEDIATE`` on SQLite), so a read followed by
+    a write never races a running server's head signer ("database is locked")."""
+    from sqlalchemy import text
 
-    engine = create_engine(reg_env.db)
+    from registry.store.engine import WRITE_OPTION, make_engine
+
+    engine = make_engine(reg_env.db)
     try:
-        with engine.begin() as conn:
+        with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
             out = []
             for stmt in statements:
                 result = conn.execute(text(stmt), params)

@@ -25,6 +25,7 @@ from registry.format.bundle import BundleFile
 from registry.cli import cli
 from registry.client import Registry
 from registry.config import Settings
+from registry.store.engine import WRITE_OPTION
 
 HOSTILE = {
     "note": "[bold red]FAKE: compatible[/]",
@@ -57,7 +58,9 @@ def registry_of(reg_env) -> Registry:
 
 
 def sql(reg: Registry, *statements: str, **params):
-    with reg.meta.engine.begin() as conn:
+    """Raw SQL in one write transaction from the start (a read upgraded to a write could race
+    a running server's head signer on SQLite)."""
+    with reg.meta.engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
         return [conn.execute(text(stmt), params) for stmt in statements][-1]
 
 
