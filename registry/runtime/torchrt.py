@@ -238,6 +238,7 @@ def _file_mapped(f: Any, unverified: frozenset[str]) -> Iterator[None]:
     size = os.fstat(f.fileno()).st_size
     # the open file itself (its inode), not its path: a file renamed over it meanwhile is not mapped
     same = f"/proc/self/fd/{f.fileno()}" if os.path.isdir("/proc/self/fd") else os.fspath(f.name)
+    _MAPPING.path = same  # where record sizes are read when torch's reader cannot say them
     try:
         _MAPPING.storage = torch().UntypedStorage.from_file(same, shared=False, nbytes=size) if size else None
     except (RuntimeError, OSError) as exc:  # a file system that cannot map: torch's copy
@@ -248,7 +249,7 @@ def _file_mapped(f: Any, unverified: frozenset[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        _MAPPING.storage = None
+        _MAPPING.storage = _MAPPING.path = None
 
 
 def _install_mapped_file_map() -> bool:
@@ -306,17 +307,22 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
     whole archive) at the record's data offset instead of a copy; None (torch's own loader then
     copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
-    lie inside the file, or has no tensor metadata, or if this torch's archive reader cannot say
-    where a record lies (torch 2.11 has no ``get_record_size``)."""
+    lie inside the file, or has no tensor metadata, or if neither this torch's archive reader nor
+    the archive's central directory says where each record lies (torch 2.11's reader has no
+    ``get_record_size``: ``_sizes_from_directory``)."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
         deserialize_device, deserialize_scalar_type, deserialize_size)
 
     reader, planned = archive_reader.archive_file, []
-    size_of = getattr(reader, "get_record_size", None)  # torch 2.11's reader has no record sizes
     offset_of = getattr(reader, "get_record_offset", None)
-    if size_of is None or offset_of is None:
+    size_of = getattr(reader, "get_record_size", None)
+    if offset_of is None:
         return None
+    if size_of is None:  # torch 2.11's reader: sizes from the archive's own central directory
+        size_of = _sizes_from_directory(getattr(_MAPPING, "path", None), storage.nbytes(), offset_of)
+        if size_of is None:
+            return None
     for meta in config.config.values():
         if meta.use_pickle:  # torch.load's, after this map is built (read through read_bytes)
             continue
@@ -324,7 +330,10 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             return None
         dtype = deserialize_scalar_type(meta.tensor_meta.dtype)
         record = os.path.join(base_dir, meta.path_name)
-        nbytes, offset = size_of(record), offset_of(record)
+        try:
+            nbytes, offset = size_of(record), offset_of(record)
+        except (KeyError, RuntimeError):  # a record the archive does not hold: torch says so
+            return None
         width = t._utils._element_size(dtype)
         if nbytes and (nbytes % width or offset % width or offset < 0 or offset + nbytes > storage.nbytes()):
             return None
@@ -347,6 +356,33 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             tensor = tensor.to(device)
         file_map[meta.path_name] = tensor
     return file_map
+
+
+def _sizes_from_directory(path: str | None, size: int, offset_of: Any) -> Any:
+    """``record -> size`` for the mapped archive at ``path``, read from its central directory
+    (``zipsafe.canonical_data_spans``), for a torch whose archive reader has no
+    ``get_record_size``; None unless the archive is canonical (stored, exact local headers) and
+    every record's data offset agrees with the one torch reports, so no view can be misplaced."""
+    from ..errors import UnsafeArchiveError
+    from ..format.zipsafe import canonical_data_spans
+
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fp:  # a file description of its own: torch's reads are not moved
+            spans = canonical_data_spans(fp, size, where=path)
+    except (OSError, UnsafeArchiveError):
+        return None
+    # member names carry the archive's top folder ("model/data/weights/w0"); torch's do not
+    by_record = {name.split("/", 1)[1]: (offset, n) for name, offset, n in spans if "/" in name}
+
+    def size_of(record: str) -> int:
+        offset, n = by_record[record]
+        if offset_of(record) != offset:
+            raise KeyError(record)
+        return n
+
+    return size_of
 
 
 def restore_guards(ep: Any) -> Any:

@@ -46,6 +46,18 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def canonical(program: Path) -> Path:
+    """The program as a bundle holds it (``normalize_pt2``: stored, exact local headers), what
+    the loader maps."""
+    from registry.pt2.normalize import normalize_pt2
+    from registry.pt2.reader import open_pt2
+
+    dest = program.with_name("canonical.pt2")
+    normalize_pt2(open_pt2(program), dest)
+    return dest
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -142,24 +154,70 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
             assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
 
 
-def test_a_torch_whose_reader_cannot_say_where_records_lie_copies_them(program: Path) -> None:
-    """torch 2.11's archive reader has no ``get_record_size`` (seen on a GPU machine): no map,
-    torch's own loader (2.11's copies, asking no sizes) reads the records. That load itself ran
-    on torch 2.11 in ``scripts/gpu_smoke.py``: this torch's own loader needs the method."""
+class _OlderReader:
+    """torch's archive reader as an older torch offers it: without ``missing``."""
+
+    def __init__(self, inner: object, missing: str) -> None:
+        self.inner, self.missing = inner, missing
+
+    def __getattr__(self, name: str) -> object:
+        if name == self.missing:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_without_get_record_size_sizes_come_from_the_central_directory(canonical: Path, program: Path) -> None:
+    """torch 2.11's archive reader has no ``get_record_size`` (seen on a GPU machine): the sizes
+    come from the archive's central directory, only where each record's data offset agrees
+    with torch's; without ``get_record_offset``, or for a file that is not canonical, no map
+    (torch's own loader reads the records)."""
     import torch.export.pt2_archive._package as package
 
-    storage = torch.UntypedStorage.from_file(str(program), shared=False, nbytes=program.stat().st_size)
-    with package.PT2ArchiveReader(str(program)) as reader:
+    storage = torch.UntypedStorage.from_file(str(canonical), shared=False, nbytes=canonical.stat().st_size)
+    with package.PT2ArchiveReader(str(canonical)) as reader:
         config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
-        for missing in ("get_record_size", "get_record_offset"):
-            class Older:  # the same archive, as an older torch's reader offers it
-                def __getattr__(self, name: str, missing: str = missing) -> object:
-                    if name == missing:
-                        raise AttributeError(name)
-                    return getattr(reader.archive_file, name)
+        older = type("Reader", (), {"archive_file": _OlderReader(reader.archive_file, "get_record_size")})()
+        torchrt._MAPPING.path = None  # no file to read the directory from
+        assert torchrt._mapped_file_map(older, config, "data/weights", storage) is None
+        torchrt._MAPPING.path = str(canonical)  # (torch 2.11's own reader needs it too)
+        try:
+            expected = torchrt._mapped_file_map(reader, config, "data/weights", storage)
+            got = torchrt._mapped_file_map(older, config, "data/weights", storage)
+            assert got is not None and got.keys() == expected.keys()
+            for name, tensor in expected.items():
+                assert torch.equal(got[name], tensor) and got[name].data_ptr() == tensor.data_ptr(), name
+            no_offsets = type("Reader", (), {"archive_file": _OlderReader(reader.archive_file, "get_record_offset")})()
+            assert torchrt._mapped_file_map(no_offsets, config, "data/weights", storage) is None
 
-            older = type("Reader", (), {"archive_file": Older()})()
-            assert torchrt._mapped_file_map(older, config, "data/weights", storage) is None
+            class Shifted(_OlderReader):  # torch places the records elsewhere than the directory
+                def get_record_offset(self, record: str) -> int:
+                    return self.inner.get_record_offset(record) + 64  # still aligned, inside the file
+
+            shifted = type("Reader", (), {"archive_file": Shifted(reader.archive_file, "get_record_size")})()
+            assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
+        finally:
+            torchrt._MAPPING.path = None
+
+
+def test_a_mapped_load_through_a_reader_without_record_sizes(canonical: Path, program: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole load, every archive reader torch opens lacking ``get_record_size`` (as torch
+    2.11's; run for real there by ``scripts/gpu_smoke.py``): mapped, with torch's values."""
+    import torch.export.pt2_archive._package as package
+
+    real = package.PT2ArchiveReader.__init__
+
+    def older_reader(self, *args, **kwargs) -> None:
+        real(self, *args, **kwargs)
+        self.archive_file = _OlderReader(self.archive_file, "get_record_size")
+
+    copied = torchrt.load_exported_program(program)
+    monkeypatch.setattr(package.PT2ArchiveReader, "__init__", older_reader)
+    mapped = torchrt.load_exported_program(canonical, map_weights=True)
+    assert _mapped(canonical)
+    assert mapped.state_dict.keys() == copied.state_dict.keys()
+    for name, value in copied.state_dict.items():
+        assert torch.equal(mapped.state_dict[name], value), name
 
 
 def _weight_records(path: Path) -> frozenset[str]:
