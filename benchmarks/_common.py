@@ -190,6 +190,7 @@ def seaweed(attempts: int = 3) -> Iterator[Any]:
 
     doc = _shared("seaweed")
     if doc is not None:
+        print(f"shared SeaweedFS at {doc['endpoint']} ({ENV_SHARED_SERVICES})", file=sys.stderr)
         yield _load_seaweed(doc)
         return
     for attempt in range(attempts):
@@ -214,6 +215,7 @@ def postgres() -> Iterator[Any]:
 
     doc = _shared("postgres")
     if doc is not None:
+        print(f"shared PostgreSQL on port {doc['port']} ({ENV_SHARED_SERVICES})", file=sys.stderr)
         yield _load(doc)
         return
     with postgres_server() as server:

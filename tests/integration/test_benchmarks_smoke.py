@@ -37,6 +37,8 @@ def test_benchmark_script_runs_in_quick_mode(name, request):
     r = subprocess.run([sys.executable, f"benchmarks/bench_{name}.py", "--quick", *EXTRA.get(name, [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for service in SERVICES.get(name, ()):  # used the run's own, started none
+        assert {"seaweed": "shared SeaweedFS at ", "postgres": "shared PostgreSQL on port "}[service] in r.stderr
     result = json.loads((ROOT / "benchmarks" / "out" / f"{name}-quick.json").read_text())
     assert result["rows"], name
 
