@@ -32,7 +32,7 @@ import threading
 import warnings
 from typing import Any, Collection, Iterable, Iterator
 
-from ..errors import InputValidationError, IntegrityError, NotFoundError, UsageError, brief
+from ..errors import IncompatibleError, InputValidationError, IntegrityError, NotFoundError, UsageError, brief
 from ..pt2.graph import BUILTIN_OP_NAMESPACES
 from ..pt2.op_effects import OpSchema
 
@@ -785,7 +785,10 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
                  options: dict[str, Any] | None = None) -> dict[str, str]:
     """Compile one program of a verified `.pt2` with AOTInductor for ``device`` into the
     single-model package ``out`` (model name "model", as Triton's PyTorch backend loads it).
-    Returns the package's ``AOTI_*`` target metadata."""
+    Returns the package's ``AOTI_*`` target metadata, read from the package's own metadata JSON
+    (what the bundler reads), not by loading it here: torch's loader has crashed this process
+    on a benign CUDA package (torch 2.11 on an H100), and the caller vets the first load in the
+    sandbox child."""
     t = torch()
     ep = load_exported_program(path, archive_name, label=label, program=program)
     if device != "cpu":
@@ -798,16 +801,16 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
             t._inductor.aoti_compile_and_package(ep, package_path=os.fspath(out),
                                                  inductor_configs=dict(options or AOTI_OPTIONS))
     except Exception as exc:  # a compiler error: one line naming the program
-        from ..errors import IncompatibleError
-
         raise IncompatibleError(f"AOTInductor could not compile {what} for {device}: "
                                 f"{type(exc).__name__}: {brief(exc, 300)}",
                                 hint="check the C++ compiler (gcc) and, for CUDA, nvcc and the driver") from exc
-    from torch._inductor.package import load_package  # private: the package's target metadata
+    from ..pt2.reader import open_pt2
 
-    with open(out, "rb") as f:
-        runner = load_package(f, "model", device_index=int(device.partition(":")[2] or 0) if device != "cpu" else -1)
-    return {k: str(v) for k, v in runner.get_metadata().items() if k.startswith("AOTI_")}
+    models = open_pt2(out, where=f"the AOTInductor package compiled from {what}").aoti
+    if list(models) != ["model"]:
+        raise IncompatibleError(f"AOTInductor compiled {what} into models {sorted(models)}, expected one "
+                                f"named 'model'")
+    return {k: v for k, v in models["model"]["metadata"].items() if k.startswith("AOTI_")}
 
 
 def _example_inputs(ep: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -134,9 +134,12 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
         built = add_variants(bundle, manifest, src.files, packages, metadata=meta_keys,
                              vetted_dir=verdicts_dir(registry.cache_dir))  # the push below skips the check
         opened = registry.open_file(bundle)
-        sandbox = dataclasses.replace(SandboxConfig.from_env(registry.settings.cache_dir), enabled=False)
+        # we compiled these libraries ourselves, just now (native code allowed), but their first
+        # load is still the sandbox child's (unless PT2REG_SANDBOX=off): torch's own AOTInductor
+        # loader has crashed on a benign package (torch 2.11, an H100), which here becomes one
+        # line, exit 5, nothing published, instead of this process dying
         loaded = load_bundle(opened, device=device, target=target, programs=wanted, trust_native=True,
-                             sandbox=sandbox)  # we compiled these libraries ourselves, just now
+                             sandbox=SandboxConfig.from_env(registry.settings.cache_dir))
         chosen = {n: loaded[n].variant.id for n in wanted}
         for c in compiled:
             if chosen[c.program] != c.variant:

@@ -59,7 +59,8 @@ def _build(out: Path) -> dict:
     env = {"PT2REG_HOME": str(out / "home")}
     r = run_in_process("push", out / "m.pt2b", "--name", "demo/m", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)
-    r = run_in_process("compile", "demo/m@1", "--json", env=env)
+    # the sandbox on (the suite turns it off): the new variants' first load is the child's
+    r = run_in_process("compile", "demo/m@1", "--json", env={**env, "PT2REG_SANDBOX": "on"})
     assert r.returncode == 0, (r.stdout + r.stderr)
     return {"dir": str(out), "result": json.loads(r.stdout)}
 
@@ -86,6 +87,8 @@ def test_compile_publishes_cpu_variants_chosen_here_portable_elsewhere(compiled,
     assert result["ref"] == "demo/m@2" and result["parent"] == "demo/m@1"
     assert {v["program"] for v in result["variants"]} == {"encoder", "decoder"}
     assert all(v["variant"].startswith("aoti-cpu-") for v in result["variants"])
+    verdicts = [json.loads(p.read_text()) for p in (home / "cache" / "vetted").glob("*.json")]
+    assert sum(any(e.startswith("aoti:model:cpu") for e in v["ok"]) for v in verdicts) == 2, verdicts  # the child's
     assert len(result["samples"]) == 2 and all(s["ok"] for s in result["samples"])
     # store growth: the variants' weights are the portable programs' chunks, stored once
     growth = result["store_growth"]
@@ -106,6 +109,32 @@ def test_compile_publishes_cpu_variants_chosen_here_portable_elsewhere(compiled,
     show = cli(home, "show", "demo/m@2", "--json")
     assert show.returncode == 0, (show.stdout + show.stderr)
     assert "demo/m@1" in show.stdout and "compiled.encoder." in show.stdout
+
+
+def test_a_crash_loading_the_new_variants_is_one_line_and_publishes_nothing(compiled, tmp_path, monkeypatch):
+    """torch 2.11's AOTInductor CUDA loader crashed (SIGSEGV) on a benign package on an H100:
+    the first load of what ``compile`` just built is the sandbox child's, so such a crash is
+    one line, exit 5, and nothing is published (the child's crash stands in for torch's here)."""
+    from registry.runtime import sandbox as sandbox_mod
+
+    env = {"PT2REG_HOME": str(tmp_path / "home"), "PT2REG_SANDBOX": "on"}
+    assert run_in_process("push", compiled[0] / "m.pt2b", "--name", "demo/m", env=env).returncode == 0
+    real, children = subprocess.run, []
+
+    def crashing(cmd, *a, **kw):
+        if "registry.runtime.sandbox" in cmd:
+            children.append(cmd)
+            return subprocess.CompletedProcess(cmd, -11, "", "Fatal Python error: Segmentation fault\n")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(sandbox_mod.subprocess, "run", crashing)
+    r = run_in_process("compile", "demo/m@1", "--program", "encoder", env=env)
+    assert r.returncode == 5 and children, (r.stdout + r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert "crashed (SIGSEGV)" in lines[0] and "'encoder'" in lines[0], r.stderr
+    assert "this torch's own loader" in r.stderr
+    listed = json.loads(run_in_process("list", "demo/m", "--json", env=env).stdout)["versions"]
+    assert [v["version"] for v in listed] == [1]
 
 
 def test_a_second_compile_for_the_same_target_is_refused_and_variants_carry_over(home, tmp_path):
