@@ -309,7 +309,7 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
     lie inside the file, or has no tensor metadata, or if neither this torch's archive reader nor
     the archive's central directory says where each record lies (torch 2.11's reader has no
-    ``get_record_size``: ``_sizes_from_directory``)."""
+    ``get_record_size``: ``_directory_spans``)."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
         deserialize_device, deserialize_scalar_type, deserialize_size)
@@ -317,12 +317,9 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     reader, planned = archive_reader.archive_file, []
     offset_of = getattr(reader, "get_record_offset", None)
     size_of = getattr(reader, "get_record_size", None)
-    if offset_of is None:
+    spans = None  # torch 2.11's reader has no sizes: (offset, size) from the central directory
+    if offset_of is None or (size_of is None and (spans := _directory_spans(storage.nbytes())) is None):
         return None
-    if size_of is None:  # torch 2.11's reader: sizes from the archive's own central directory
-        size_of = _sizes_from_directory(getattr(_MAPPING, "path", None), storage.nbytes(), offset_of)
-        if size_of is None:
-            return None
     for meta in config.config.values():
         if meta.use_pickle:  # torch.load's, after this map is built (read through read_bytes)
             continue
@@ -331,8 +328,11 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
         dtype = deserialize_scalar_type(meta.tensor_meta.dtype)
         record = os.path.join(base_dir, meta.path_name)
         try:
-            nbytes, offset = size_of(record), offset_of(record)
+            offset = offset_of(record)
+            nbytes = size_of(record) if spans is None else spans[record][1]
         except (KeyError, RuntimeError):  # a record the archive does not hold: torch says so
+            return None
+        if spans is not None and spans[record][0] != offset:  # no view is ever misplaced
             return None
         width = t._utils._element_size(dtype)
         if nbytes and (nbytes % width or offset % width or offset < 0 or offset + nbytes > storage.nbytes()):
@@ -358,14 +358,15 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     return file_map
 
 
-def _sizes_from_directory(path: str | None, size: int, offset_of: Any) -> Any:
-    """``record -> size`` for the mapped archive at ``path``, read from its central directory
-    (``zipsafe.canonical_data_spans``), for a torch whose archive reader has no
-    ``get_record_size``; None unless the archive is canonical (stored, exact local headers) and
-    every record's data offset agrees with the one torch reports, so no view can be misplaced."""
+def _directory_spans(size: int) -> dict[str, tuple[int, int]] | None:
+    """``record -> (data offset, size)`` of the archive being mapped (``_MAPPING.path``), from
+    its central directory (``zipsafe.canonical_data_spans``), for a torch whose archive reader
+    has no ``get_record_size``; None unless the archive is canonical (stored, exact local
+    headers). The caller also requires every offset to agree with torch's own."""
     from ..errors import UnsafeArchiveError
     from ..format.zipsafe import canonical_data_spans
 
+    path = getattr(_MAPPING, "path", None)
     if path is None:
         return None
     try:
@@ -374,15 +375,7 @@ def _sizes_from_directory(path: str | None, size: int, offset_of: Any) -> Any:
     except (OSError, UnsafeArchiveError):
         return None
     # member names carry the archive's top folder ("model/data/weights/w0"); torch's do not
-    by_record = {name.split("/", 1)[1]: (offset, n) for name, offset, n in spans if "/" in name}
-
-    def size_of(record: str) -> int:
-        offset, n = by_record[record]
-        if offset_of(record) != offset:
-            raise KeyError(record)
-        return n
-
-    return size_of
+    return {name.split("/", 1)[1]: (offset, n) for name, offset, n in spans if "/" in name}
 
 
 def restore_guards(ep: Any) -> Any:
@@ -806,7 +799,7 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
                                 hint="check the C++ compiler (gcc) and, for CUDA, nvcc and the driver") from exc
     from ..pt2.reader import open_pt2
 
-    models = open_pt2(out, where=f"the AOTInductor package compiled from {what}").aoti
+    models = open_pt2(out, where=f"the AOTInductor package compiled from {what}", describe=False).aoti
     if list(models) != ["model"]:
         raise IncompatibleError(f"AOTInductor compiled {what} into models {sorted(models)}, expected one "
                                 f"named 'model'")
