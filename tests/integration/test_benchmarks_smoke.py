@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.fixtures_pt2 import ROOT
+from tests.shared import _as_json
 
 SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale", "server")  # mlflow: needs its own venv
 #: flags beyond --quick: MLflow's side of bench_server needs its own venv (built by bench_mlflow)
@@ -21,18 +22,13 @@ EXTRA = {"server": ["--skip-mlflow"]}
 SERVICES = {"s3": ("seaweed",), "memory": ("seaweed",), "scale": ("seaweed",), "server": ("seaweed", "postgres")}
 
 
-def _service_doc(server: object) -> dict:
-    """What ``benchmarks/_common.seaweed()`` / ``postgres()`` rebuild the server from."""
-    fields = ("endpoint", "env", "port", "url", "log_path", "startup_seconds")
-    return {f: str(v) if f == "log_path" else v for f in fields if (v := getattr(server, f, None)) is not None}
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # ~30 s alone for the slowest; far more on a machine shared with other work
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_script_runs_in_quick_mode(name, request):
     fixtures = {"seaweed": "seaweed_s3", "postgres": "pg_server"}
-    shared = {s: _service_doc(request.getfixturevalue(fixtures[s])) for s in SERVICES.get(name, ())}
+    # as tests.shared hands a service to the xdist workers; benchmarks/_common.py rebuilds it
+    shared = {s: _as_json(request.getfixturevalue(fixtures[s])) for s in SERVICES.get(name, ())}
     env = {**os.environ, "PT2REG_BENCH_SERVICES": json.dumps(shared)} if shared else None
     r = subprocess.run([sys.executable, f"benchmarks/bench_{name}.py", "--quick", *EXTRA.get(name, [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
