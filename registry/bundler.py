@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from .format.bundle import PLACEHOLDER, FileRange, write_bundle
 from .format.zipsafe import read_entries
-from .format.chunking import MIN_CHUNK, MIN_MEMBER, plan_chunks
+from .format.chunking import MIN_CHUNK, MIN_MEMBER, entry_span, plan_chunks
 from .constants import BUNDLE_FORMAT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
@@ -126,10 +126,10 @@ class _Builder:
         if size >= MIN_MEMBER:
             spans: list[tuple[int, int]] = []
             if role in ("program", "aoti"):
-                spans = [(e.data_offset, e.size) for e in read_entries(local).values()
+                spans = [entry_span(e) for e in read_entries(local).values()
                          if not any(e.data_offset <= x < e.data_offset + e.size for x, _ in extra_spans)]
                 spans += extra_spans  # an entry holding several weights is split at them instead
-            chunks = tuple((PLACEHOLDER, n) for _start, n in plan_chunks(spans, size))
+            chunks = tuple((PLACEHOLDER, n) for _start, n in plan_chunks(spans, size, min_chunk=1))
             same = next((p for p, m in self.members.items() if m.role == role and m.size == size
                          and [n for _, n in m.chunks] == [n for _, n in chunks]
                          and _outside(self.ranges[p], self.files[p]) == _outside(ranges, local)

@@ -28,7 +28,7 @@ from isal.isal_zlib import crc32 as _crc32  # ISA-L: zlib's CRC-32 at ~3x the sp
 
 from .errors import IntegrityError
 
-__all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel", "preallocate",
+__all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel", "group_consecutive", "preallocate",
            "start_writeback",
            "crc32_combine", "locked_progress"]
 
@@ -157,7 +157,32 @@ def hash_ranges(jobs: Sequence[Job | Sequence[Segment]], *, crc: bool = False,
             raise IntegrityError(f"bytes do not match their sha256 {job.expect[:12]}... (got {got.sha256[:12]}...)")
         return got
 
-    return run_parallel(one, range(len(items)), workers)
+    batches = group_consecutive([sum(s.size for s in job.segments) for job in items], BATCH_BYTES)
+    done = run_parallel(lambda batch: [one(i) for i in batch], batches, workers)
+    return [h for batch in done for h in batch]
+
+
+#: jobs smaller than this share a thread task with their neighbours (``_batches``)
+BATCH_BYTES = 4 * 1024 * 1024
+
+
+def group_consecutive(sizes: Sequence[int], limit: int) -> list[range]:
+    """Consecutive indices of ``sizes`` grouped so that each group holds at most ``limit``
+    (an item that large is alone): batches of thread tasks (ten thousand tiny chunks cost a few
+    hundred hand-offs, not ten thousand) and the packs of a push (``format.packs``).
+
+    >>> group_consecutive([1, 1, 5, 1, 1], 4)
+    [range(0, 2), range(2, 3), range(3, 5)]
+    """
+    out, start, total = [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and total + n > limit:
+            out.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:

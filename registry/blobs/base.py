@@ -28,7 +28,8 @@ from ..refs import validate_digest
 __all__ = [
     "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
     "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range", "range_error",
-    "corrupt_blob_error", "PwriteWriter", "verified_into", "atomic_download",
+    "corrupt_blob_error", "check_read_range", "short_blob_error", "PwriteWriter", "verified_into",
+    "atomic_download",
 ]
 
 #: Called with the number of bytes just transferred (S3 may report a negative amount when a
@@ -107,6 +108,16 @@ class BlobStore(Protocol):
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream (the caller verifies)."""
 
+    def read_range(self, digest: str, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes starting at byte ``offset`` of the blob: one stretch of a
+        pack blob (many small chunks back to back). Raw and unverified, like :meth:`open`: the
+        caller checks each chunk's sha256 itself. Never reads the whole blob; transient network
+        errors are retried as the store's other reads are.
+
+        ``NotFoundError`` when the blob is not stored; ``IntegrityError`` when it is shorter
+        than ``offset + length`` (the stored pack is truncated, or not what was recorded);
+        ``UsageError`` for a negative ``offset`` or a ``length`` below 1."""
+
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:
         """The verified content; ``IntegrityError`` when larger than ``max_size``."""
 
@@ -160,6 +171,24 @@ def corrupt_blob_error(digest: str, got_hex: str, where: str) -> IntegrityError:
     """The error for stored bytes that no longer hash to their name."""
     return IntegrityError(f"blob {digest} is corrupt in the store: expected {digest}, got sha256:{got_hex}",
                           hint=f"delete it from {where} and push the bundle again")
+
+
+def check_read_range(digest: str, offset: int, length: int) -> None:
+    """``UsageError`` unless ``digest`` is well formed, ``offset >= 0`` and ``length >= 1``
+    (the arguments of ``BlobStore.read_range``)."""
+    validate_digest(digest)
+    for name, value, least in (("offset", offset, 0), ("length", length, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"invalid {name} {value!r} for a range of blob {digest}",
+                             hint=f"an integer >= {least}")
+
+
+def short_blob_error(digest: str, offset: int, length: int, where: str, size: int | None = None) -> IntegrityError:
+    """The error for a ranged read past the end of a stored blob (``size`` bytes, when known):
+    the stored pack is truncated, or not the blob that was recorded."""
+    has = f"it has {size} bytes" if size is not None else "it ends before that"
+    return IntegrityError(f"blob {digest} is too short in the store: asked for bytes {offset}-{offset + length - 1}, "
+                          f"{has}", hint=f"delete it from {where} and push the bundle again")
 
 
 class PwriteWriter:

@@ -25,8 +25,8 @@ from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
 from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_parallel
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_relpath, check_range,
-                   checked_range, corrupt_blob_error, digest_from_relpath, open_range, range_error,
-                   unique_parts, verified_into)
+                   check_read_range, checked_range, corrupt_blob_error, digest_from_relpath, open_range,
+                   range_error, short_blob_error, unique_parts, verified_into)
 
 __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
@@ -43,6 +43,9 @@ class LocalBlobStore:
 
     The constructor does no IO: directories are created by the first put.
     """
+
+    #: ranged reads of packs run at once (``blobs.packed``): reading the page cache is CPU work
+    read_workers = WORKERS
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).expanduser().absolute()
@@ -255,6 +258,30 @@ class LocalBlobStore:
             return open(self._path(digest), "rb")
         except FileNotFoundError as exc:
             raise self._missing(digest) from exc
+
+    def read_range(self, digest: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset+length)`` of the blob file, raw and unverified (``pread``,
+        nothing else of the file is read); ``NotFoundError`` if missing, ``IntegrityError``
+        when the file is shorter than ``offset + length``."""
+        check_read_range(digest, offset, length)
+        try:
+            fd = os.open(self._path(digest), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError as exc:
+            raise self._missing(digest) from exc
+        try:
+            size = os.fstat(fd).st_size
+            if offset + length > size:
+                raise short_blob_error(digest, offset, length, self.url, size)
+            pieces, got = [], 0
+            while got < length:
+                data = os.pread(fd, length - got, offset + got)
+                if not data:  # shrank under us
+                    raise short_blob_error(digest, offset, length, self.url, offset + got)
+                pieces.append(data)
+                got += len(data)
+        finally:
+            os.close(fd)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:
         """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""

@@ -51,8 +51,8 @@ from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, blob_relpath,
-                   check_range, corrupt_blob_error, digest_from_relpath, locked_progress, open_range,
-                   run_parallel, unique_parts, verified_into)
+                   check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
+                   open_range, run_parallel, short_blob_error, unique_parts, verified_into)
 
 __all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS"]
 
@@ -62,6 +62,9 @@ PRESIGN_MAX_SECONDS = 900
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
 _MISSING_UPLOAD_CODES = {"NoSuchUpload", "404", "NotFound"}
+#: a ranged GET that starts at or past the object's end
+_INVALID_RANGE_CODES = {"InvalidRange", "416", "RequestedRangeNotSatisfiable"}
+_CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _BAD_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch",
                      "XAmzContentSHA256Mismatch"}
 #: What boto3 and s3transfer raise; ``_translated`` turns each into one of our errors.
@@ -377,6 +380,47 @@ class S3BlobStore:
         """The raw, unverified object body (a botocore ``StreamingBody``); close it when done."""
         return self._get_object(digest)["Body"]
 
+    def read_range(self, digest: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset+length)`` of the object, raw and unverified, from ranged GETs
+        (botocore retries each request; a body cut off mid-way is asked for again from the next
+        byte, up to ``_STREAM_ATTEMPTS`` times in all, as ``_stream`` does). ``NotFoundError`` if
+        missing; ``IntegrityError`` when the object is shorter than ``offset + length``, or the
+        answer is not the range asked for."""
+        check_read_range(digest, offset, length)
+        key, end = self._key(digest), offset + length - 1
+        pieces: list[bytes] = []
+        got = failures = 0
+        with self._translated("read", digest, check_bucket=True):
+            while True:
+                start = offset + got
+                try:
+                    response = self._s3().get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
+                except ClientError as exc:
+                    if _error_code(exc) in _INVALID_RANGE_CODES:  # offset at or past the end
+                        raise short_blob_error(digest, offset, length, self.url, _actual_size(exc)) from exc
+                    raise
+                body = response["Body"]
+                try:
+                    _check_span(digest, offset, length, start, response, self.url)
+                    while got < length:
+                        data = body.read(min(_STREAM_READ, length - got))
+                        if not data:
+                            break
+                        pieces.append(data)
+                        got += len(data)
+                    if got < length:  # botocore checks the length: a bare early end is not the range
+                        raise IntegrityError(f"blob {digest}: the store ended bytes {offset}-{end} after "
+                                             f"{got} bytes", hint="the S3 server does not honour ranged GETs")
+                    return b"".join(pieces)
+                except _RETRYABLE_READ_ERRORS as exc:
+                    if got == length:
+                        return b"".join(pieces)
+                    failures += 1
+                    if failures >= _STREAM_ATTEMPTS:
+                        raise RetriesExceededError(exc) from exc
+                finally:
+                    body.close()
+
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:
         """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""
         response = self._get_object(digest)
@@ -664,6 +708,31 @@ def _check_content_range(part: Part, start: int, response: dict) -> None:
         raise IntegrityError(f"blob {part.digest}: asked the store for bytes {start}-{part.size - 1}, "
                              f"it answered {got or 'the whole object'}",
                              hint="the S3 server does not honour ranged GETs")
+
+
+def _check_span(digest: str, offset: int, length: int, start: int, response: dict, where: str) -> None:
+    """A ``read_range`` GET answered with exactly ``bytes start-(offset+length-1)/total``;
+    ``IntegrityError`` otherwise: ``short_blob_error`` when the object has fewer than
+    ``offset + length`` bytes (S3 cuts a range at the object's end), else a refused range."""
+    end = offset + length - 1
+    got = str(response.get("ContentRange") or "")
+    m = _CONTENT_RANGE_RE.fullmatch(got)
+    if m and int(m.group(3)) < offset + length:
+        raise short_blob_error(digest, offset, length, where, int(m.group(3)))
+    if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
+        raise IntegrityError(f"blob {digest}: asked the store for bytes {start}-{end}, "
+                             f"it answered {got or 'the whole object'}",
+                             hint="the S3 server does not honour ranged GETs")
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _actual_size(exc: ClientError) -> int | None:
+    """The object's size an ``InvalidRange`` answer names (AWS sends ``ActualObjectSize``)."""
+    size = str(exc.response.get("Error", {}).get("ActualObjectSize", ""))
+    return int(size) if size.isdigit() else None
 
 
 def _presign_seconds(expires: int) -> int:

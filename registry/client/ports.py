@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..blobs.base import BlobStore
 
 if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
+    from ..format.packs import ChunkLocation
     from ..access.policy import AliasPolicy
     from ..access.scopes import Identity
     from ..refs import Ref
@@ -52,9 +53,10 @@ class MetadataStore(Protocol):
                 environment: Mapping[str, Any] | None = None, actor: str, host: str,
                 ref_for_audit: str | None = None, claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
-                audit_details: Mapping[str, Any] | None = None,
+                audit_details: Mapping[str, Any] | None = None, packs_json: str | None = None,
                 ) -> tuple[VersionRecord, bool]:
-        """Record a version with its blobs, lineage, signatures and aliases: ``(version, created)``."""
+        """Record a version with its blobs, lineage, signatures, aliases and pack index
+        (``format.packs``): ``(version, created)``."""
 
     def resolve(self, ref: Ref) -> VersionRecord:
         """The version a ref names (latest non-yanked, number, alias or digest)."""
@@ -146,6 +148,10 @@ class MetadataStore(Protocol):
 
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         """``digest -> names of the models whose versions reference it`` (unreferenced: absent)."""
+
+    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
+        """Where each of ``digests`` is stored inside a pack some version references (absent:
+        in none; a server answers only for packs the caller may read)."""
 
     def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
         """Which of ``digests`` some version records, or None when this store cannot say (a

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..blobs.base import ProgressFn
-from ..errors import IntegrityError
+from ..errors import IntegrityError, UsageError
 from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
+from ..format.packs import PackIndex
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle
 from .ports import BlobStore, MetadataStore
@@ -68,10 +69,15 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
     pending = None
+    try:
+        located = PackIndex.from_json(version.packs_json).locations()
+    except UsageError as exc:
+        raise IntegrityError(f"{version.name}@{version.number}: its stored pack index is invalid ({exc.message})",
+                             hint="the metadata database was altered") from None
     if defer_weights:
-        files, pending = fetch_members_deferred(manifest, blobs, cache, progress)
+        files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located)
     else:
-        files = fetch_members(manifest, blobs, cache, progress)
+        files = fetch_members(manifest, blobs, cache, progress, located=located)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
     return dataclasses.replace(src, files=files, pending=pending)

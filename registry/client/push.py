@@ -40,7 +40,7 @@ from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import bundle_parts, upload_bundle
+from .transfer import plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord
@@ -98,10 +98,11 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     manifest = bundle.manifest
     sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
     # torch will only ever read what the loader can vet. A member skipped on a verdict is
-    # covered by the chunk verification of upload_bundle below (the module docstring says why)
+    # covered by the chunk verification of upload_plan below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
-    parts = bundle_parts(bundle)
-    digests = {p.digest for p in parts}
+    plan = plan_upload(bundle, meta, blobs)  # hashes the chunks that go into packs
+    stored = plan.blobs()
+    digests = {d for d, _ in stored}
     pending = meta.begin_pending(sorted(digests | {manifest.digest}),
                                  host=hostname(), pid=os.getpid(), name=name)
 
@@ -116,15 +117,15 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
             # the store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes
             recorded = meta.recorded_blobs(sorted(digests))
             unrecorded = set() if recorded is None else digests - recorded
-            uploaded, skipped = upload_bundle(bundle, blobs, progress, unrecorded=unrecorded)
+            uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded)
             blobs.put_bytes(manifest.canonical, manifest.digest)
-            stored = sorted({(p.digest, p.size) for p in parts})
             version, created = meta.publish(
                 name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
                 stored + [(manifest.digest, len(manifest.canonical))],
                 aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
                 lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
-                environment=environment, claim=pending, missing_blobs=missing_blobs)
+                environment=environment, claim=pending, missing_blobs=missing_blobs,
+                packs_json=plan.index.to_json() if plan.index else None)
     finally:
         meta.end_pending(pending)
     warnings = () if created else (f"identical content is already {version.name}@{version.number}; "

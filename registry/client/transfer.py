@@ -10,6 +10,12 @@ and hashes on its own core:
 * pull: ``get_parts`` writes each chunk at its place in the member's file, verified as it
   arrives, and the file becomes visible (atomically) only once every chunk matched.
 
+Chunks under ``PACK_BELOW`` bytes (tiny tensors, zip headers) are the exception: a push stores
+the ones the store lacks concatenated in pack blobs (``plan_upload``: a chunk some version
+already stored in a pack is reused from there), records the version's pack index, and a pull
+reads them back with ranged reads of the packs (``blobs.packed``), each chunk verified against
+its own digest all the same.
+
 A cold ``registry.load`` overlaps the two halves of its work (``fetch_members_deferred``): a
 program member's chunks that hold nothing but raw weight bytes are fetched in the background
 while torch deserializes the graph from the chunks already verified (it maps the weights and
@@ -17,31 +23,39 @@ reads none of them, ``runtime.torchrt``); the load returns only once every chunk
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import threading
 from bisect import bisect_left
 from concurrent.futures import CancelledError
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
 
 from ..atomic import atomic_write, new_temp
-from ..blobs.base import BlobStore, Part, ProgressFn, locked_progress
+from ..blobs.base import BlobStore, Part, ProgressFn, locked_progress, range_error
+from ..blobs.packed import PackedPart, get_packed
 from ..errors import UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
+from ..format.packs import PACK_BELOW, PACK_BYTES, ChunkLocation, PackIndex
 from ..format.zipsafe import canonical_data_spans
-from ..parallel import preallocate
+from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel
 from ..sources import BlobCache
+from .ports import MetadataStore
 
-__all__ = ["bundle_parts", "upload_bundle", "assemble_member", "fetch_members", "fetch_members_deferred",
-           "DeferredMembers"]
+__all__ = ["bundle_parts", "UploadPlan", "plan_upload", "upload_plan", "assemble_member", "fetch_members",
+           "fetch_members_deferred", "DeferredMembers", "member_parts", "fetch_parts"]
+
+#: a chunk stored in a pack is read back as a ``PackedPart``
+AnyPart = Union[Part, PackedPart]
 
 
 def bundle_parts(bundle: BundleFile) -> list[Part]:
-    """Every blob a bundle is stored as, where it sits in the bundle file: one per chunk of a
-    chunked member, one per other member."""
+    """Every chunk and unchunked member of a bundle, where it sits in the bundle file: one
+    part per chunk of a chunked member, one per other member."""
     parts = []
     for m in bundle.manifest.members:
         offset, _size = bundle.member_span(m.path)
@@ -52,31 +66,185 @@ def bundle_parts(bundle: BundleFile) -> list[Part]:
     return parts
 
 
-def upload_bundle(bundle: BundleFile, blobs: BlobStore, progress: ProgressFn | None, *,
-                  unrecorded: Collection[str] = ()) -> tuple[int, int]:
-    """Store every blob of an opened bundle file (several at once); returns (bytes uploaded,
-    bytes already stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest.
+@dataclass(frozen=True)
+class NewPack:
+    """A pack a push stores: ``digest`` and ``size`` of the concatenation of ``segments``
+    ((offset, size) ranges of the bundle file, in pack order)."""
+
+    digest: str
+    size: int
+    segments: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    """How a push stores a bundle: ``whole`` parts as blobs of their own, ``packs`` to store,
+    and the version's pack ``index`` (chunks in new packs and in packs stored before)."""
+
+    whole: list[Part]
+    packs: list[NewPack]
+    index: PackIndex
+    reused_bytes: int     # packed chunks found in packs already stored
+
+    def blobs(self) -> list[tuple[str, int]]:
+        """(digest, size) of every blob the version records, but its manifest."""
+        return sorted({(p.digest, p.size) for p in self.whole} | self.index.blobs())
+
+
+def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore) -> UploadPlan:
+    """Decide where each chunk of ``bundle`` is stored, and hash every chunk that goes into a
+    pack or is reused from one (``IntegrityError``, exit 5, when the bundle file's bytes do not
+    match a chunk's digest): chunks of ``PACK_BELOW`` bytes or more, unchunked members, and small
+    chunks an older version stored as blobs of their own stay ``whole`` (``put_parts`` hashes
+    those); other small chunks are reused from a pack some version already references (when the
+    pack is still stored) or concatenated, in bundle order, into new packs of up to
+    ``PACK_BYTES``."""
+    chunked = {"sha256:" + sha for m in bundle.manifest.members for sha, _n in m.chunks}
+    whole, small, seen = [], [], set()
+    for part in bundle_parts(bundle):
+        if part.size < PACK_BELOW and part.digest in chunked:
+            if part.digest not in seen:
+                seen.add(part.digest)
+                small.append(part)
+        else:
+            whole.append(part)
+    if not small:
+        return UploadPlan(whole, [], PackIndex(), 0)
+    located = meta.locate_chunks([p.digest for p in small])
+    packs = sorted({loc.pack for loc in located.values()})
+    gone = {d for d, ok in zip(packs, run_parallel(blobs.exists, packs, 8) if packs else []) if not ok}
+    located = {d: loc for d, loc in located.items() if loc.pack not in gone}
+    rest = [p for p in small if p.digest not in located]
+    recorded = meta.recorded_blobs([p.digest for p in rest]) if rest else set()
+    whole += [p for p in rest if recorded and p.digest in recorded]
+    fresh = [p for p in rest if not (recorded and p.digest in recorded)]
+    groups = [[fresh[i] for i in g] for g in group_consecutive([p.size for p in fresh], PACK_BYTES)]
+    reused = [p for p in small if p.digest in located]
+    with open(bundle.path, "rb") as f:
+        fd = f.fileno()
+        new = run_parallel(lambda g: _hash_pack(bundle.path, fd, g), groups, WORKERS)
+        run_parallel(lambda b: _hash_pack(bundle.path, fd, b, pack=False),
+                     [[reused[i] for i in r] for r in group_consecutive([p.size for p in reused], BATCH_BYTES)],
+                     WORKERS)
+    used = dict(located)
+    for pack, group in zip(new, groups):
+        at = 0
+        for p in group:
+            used[p.digest] = ChunkLocation(pack.digest, pack.size, at, p.size)
+            at += p.size
+    return UploadPlan(whole, new, PackIndex.from_locations(used), sum(p.size for p in reused))
+
+
+def _hash_pack(path: Path, fd: int, parts: list[Part], *, pack: bool = True) -> NewPack:
+    """Check each part's bytes against its digest; with ``pack``, the pack they make."""
+    h = hashlib.sha256()
+    segments: list[tuple[int, int]] = []
+    for part in parts:
+        data = os.pread(fd, part.size, part.offset)
+        got = hashlib.sha256(data).hexdigest()
+        if "sha256:" + got != part.digest or len(data) != part.size:
+            raise range_error(path, part, got)
+        if pack:
+            h.update(data)
+            if segments and segments[-1][0] + segments[-1][1] == part.offset:
+                segments[-1] = (segments[-1][0], segments[-1][1] + part.size)
+            else:
+                segments.append((part.offset, part.size))
+    return NewPack("sha256:" + h.hexdigest(), sum(p.size for p in parts), tuple(segments))
+
+
+class _SegmentReader(io.RawIOBase):
+    """The concatenation of ranges of an open file, read in order (a pack's bytes)."""
+
+    def __init__(self, fd: int, segments: tuple[tuple[int, int], ...]) -> None:
+        self._fd, self._segments, self._i, self._at = fd, segments, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, out: Any) -> int:
+        while self._i < len(self._segments):
+            start, size = self._segments[self._i]
+            if self._at < size:
+                n = os.preadv(self._fd, [memoryview(out)[:size - self._at]], start + self._at)
+                if n <= 0:
+                    raise OSError(f"file ended early (at byte {start + self._at})")
+                self._at += n
+                return n
+            self._i, self._at = self._i + 1, 0
+        return 0
+
+
+def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress: ProgressFn | None, *,
+                unrecorded: Collection[str] = ()) -> tuple[int, int]:
+    """Store every blob of ``plan`` (several at once); returns (bytes uploaded, bytes already
+    stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest.
     ``unrecorded``: digests no version records (stored without asking the store first)."""
-    return blobs.put_parts(bundle.path, bundle_parts(bundle), progress=progress, unrecorded=unrecorded)
+    progress = locked_progress(progress)
+    uploaded, skipped = blobs.put_parts(bundle.path, plan.whole, progress=progress, unrecorded=unrecorded)
+    if progress is not None and plan.reused_bytes:
+        progress(plan.reused_bytes)
+    with open(bundle.path, "rb") as f:
+        def one(pack: NewPack) -> bool:
+            with io.BufferedReader(_SegmentReader(f.fileno(), pack.segments), 1 << 20) as reader:
+                return blobs.put_stream(reader, pack.digest, size=pack.size, progress=progress)
+
+        stored = run_parallel(one, plan.packs, 4)
+    for pack, new in zip(plan.packs, stored):
+        if new:
+            uploaded += pack.size
+        else:
+            skipped += pack.size
+    return uploaded, skipped + plan.reused_bytes
+
+
+def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = None) -> list[AnyPart]:
+    """Where each chunk of ``member`` is read from: its own blob, or its pack (``located``)."""
+    located = located or {}
+    out: list[AnyPart] = []
+    for sha, offset, size in member.chunk_spans():
+        digest = "sha256:" + sha
+        loc = located.get(digest)
+        out.append(PackedPart(digest, offset, size, loc.pack, loc.offset) if loc is not None and loc.size == size
+                   else Part(digest, offset, size))
+    return out
+
+
+def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress: ProgressFn | None = None,
+                on_done: Callable[[int], None] | None = None) -> None:
+    """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
+    reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
+    ``parts[i]`` is complete."""
+    packed = [i for i, p in enumerate(parts) if isinstance(p, PackedPart)]
+    own = [i for i, p in enumerate(parts) if not isinstance(p, PackedPart)]
+
+    def done(idx: list[int]) -> Callable[[int], None] | None:
+        return None if on_done is None else (lambda j: on_done(idx[j]))
+
+    if packed:
+        get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress, on_done=done(packed))
+    if own:
+        blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress, on_done=done(own))
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
-                    progress: ProgressFn | None) -> None:
-    """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs, fetched several
-    at once into their places, each verified; nothing is left behind on failure. Not fsynced:
-    a cache file (see ``BlobCache``: re-hashed after a reboot)."""
-    parts = [Part("sha256:" + sha, offset, size) for sha, offset, size in member.chunk_spans()]
+                    progress: ProgressFn | None, located: Mapping[str, ChunkLocation] | None = None) -> None:
+    """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs and packs, fetched
+    several at once into their places, each verified; nothing is left behind on failure. Not
+    fsynced: a cache file (see ``BlobCache``: re-hashed after a reboot)."""
     with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
         preallocate(out.fileno(), member.size)
-        blobs.get_parts(out.fileno(), parts, progress=progress)
+        fetch_parts(blobs, out.fileno(), member_parts(member, located), progress=progress)
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,
-                  skip: Collection[str] = ()) -> dict[str, Path]:
+                  skip: Collection[str] = (), located: Mapping[str, ChunkLocation] | None = None
+                  ) -> dict[str, Path]:
     """Every member of ``manifest`` as a verified file in ``cache`` (fetched from ``blobs``
     unless already cached intact), and the manifest itself cached; ``{member path: file}``.
-    ``skip``: member paths left out (being fetched by the caller)."""
+    ``skip``: member paths left out (being fetched by the caller); ``located``: the chunks the
+    version's pack index places in packs."""
     files = {}
     for m in manifest.members:
         if m.path in skip:
@@ -85,7 +253,7 @@ def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progre
         if not cache.usable_member(m):
             path.parent.mkdir(parents=True, exist_ok=True)
             if m.chunks:
-                assemble_member(m, blobs, path, progress)
+                assemble_member(m, blobs, path, progress, located)
             else:
                 blobs.get_file(m.digest, path, progress=progress)
             os.chmod(path, 0o444)
@@ -108,9 +276,10 @@ class _MemberFetch:
     as ``atomic_write``'s), its chunks in an order of our choosing, each marked done
     once verified; the file replaces the cache path only when every chunk matched."""
 
-    def __init__(self, member: Member, blobs: BlobStore, dest: Path, progress: ProgressFn | None) -> None:
+    def __init__(self, member: Member, blobs: BlobStore, dest: Path, progress: ProgressFn | None,
+                 located: Mapping[str, ChunkLocation] | None = None) -> None:
         self.member, self.dest, self._blobs, self._progress = member, dest, blobs, progress
-        self.parts = [Part("sha256:" + sha, offset, size) for sha, offset, size in member.chunk_spans()]
+        self.parts = member_parts(member, located)
         self._done = [False] * len(self.parts)
         self._cond = threading.Condition()
         self._error: BaseException | None = None
@@ -135,8 +304,8 @@ class _MemberFetch:
                 self._cond.notify_all()
 
         if indices:
-            self._blobs.get_parts(self.fd, [self.parts[i] for i in indices], progress=self._progress,
-                                  on_done=on_done)
+            fetch_parts(self._blobs, self.fd, [self.parts[i] for i in indices], progress=self._progress,
+                        on_done=on_done)
 
     def fetch_range(self, lo: int, hi: int) -> None:
         """Fetch now (in this thread) every chunk overlapping bytes ``[lo, hi)`` not fetched yet."""
@@ -273,7 +442,8 @@ def _defer_plan(fetch: _MemberFetch, where: str) -> tuple[list[int], frozenset[s
     return deferred, records
 
 
-def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None
+def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None,
+                           located: Mapping[str, ChunkLocation] | None = None
                            ) -> tuple[dict[str, Path], DeferredMembers | None]:
     """``fetch_members`` for a load that overlaps the fetch of the weights with deserializing.
 
@@ -289,7 +459,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
         for m in manifest.members:
             if not m.chunks or cache.usable_member(m):
                 continue
-            fetch = _MemberFetch(m, blobs, cache.member_path(m), progress)
+            fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, located)
             fetches.append(fetch)
             deferred, records = _defer_plan(fetch, f"member {m.path}")
             later = set(deferred)
@@ -299,7 +469,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
             files[m.path] = fetch.path
             if records:
                 unverified[m.path] = records
-        done = fetch_members(manifest, blobs, cache, progress, skip=set(files))
+        done = fetch_members(manifest, blobs, cache, progress, skip=set(files), located=located)
     except BaseException:
         for f in fetches:
             f.abort()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -24,7 +25,8 @@ from typing import Any, Iterable, Mapping, Union
 
 from ..constants import BUNDLE_FORMAT, PACKAGE_PARENT
 from ..digests import canonical_json, digest_of_bytes
-from ..errors import ManifestError, UnsupportedFormatError
+from ..errors import ManifestError, UnsupportedFormatError, UsageError
+from .packs import PackIndex, stored_with_packs
 
 __all__ = ["Manifest", "ProgramSpec", "TensorSpec", "Dim", "RequiredOp", "ConstantInput", "PytreeClass",
            "BakedDevice", "AotiTarget", "Variant", "Serialization", "Requirements", "Environment", "Member", "Sample",
@@ -59,6 +61,44 @@ def _path_of(err: Any) -> str:
     return "/".join(str(p) for p in err.absolute_path) or "(root)"
 
 
+#: the schema's ``chunks`` array limit, checked by hand with its items (``_chunk_problems``)
+MAX_CHUNKS = 1_000_000
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _chunks_elided(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with each member's chunk list cut to its first item: a program of 10,000 tensors
+    has 10,000 chunks, which the generic validator takes half a second to walk. The schema
+    still sees the list and one item; ``_chunk_problems`` checks every item by the same rules."""
+    members = raw.get("members")
+    if not isinstance(members, list):
+        return raw
+    cut = [{**m, "chunks": m["chunks"][:1]} if isinstance(m, dict) and isinstance(m.get("chunks"), list) else m
+           for m in members]
+    return {**raw, "members": cut}
+
+
+def _chunk_problems(raw: dict[str, Any]) -> list[str]:
+    """The schema's rules for ``members/*/chunks/*`` past the first item (each an object with
+    exactly ``sha256``, 64 lowercase hex, and ``size``, an integer >= 0), and its ``maxItems``."""
+    problems = []
+    members = raw.get("members")
+    for i, m in enumerate(members if isinstance(members, list) else ()):
+        chunks = m.get("chunks") if isinstance(m, dict) else None
+        if not isinstance(chunks, list):
+            continue
+        if len(chunks) > MAX_CHUNKS:
+            problems.append(f"members/{i}/chunks: more than {MAX_CHUNKS} chunks")
+        for j, c in enumerate(chunks[1:], 1):
+            if not (isinstance(c, dict) and c.keys() == {"sha256", "size"}):
+                problems.append(f"members/{i}/chunks/{j}: not an object of exactly 'sha256' and 'size'")
+            elif not (isinstance(c["sha256"], str) and _HEX64.fullmatch(c["sha256"])):
+                problems.append(f"members/{i}/chunks/{j}/sha256: {c['sha256']!r} is not 64 lowercase hex digits")
+            elif type(c["size"]) is not int or c["size"] < 0:
+                problems.append(f"members/{i}/chunks/{j}/size: {c['size']!r} is not an integer >= 0")
+    return problems
+
+
 def validate_raw(raw: Any) -> list[str]:
     """Every problem with a raw manifest, as human-readable strings (empty when valid)."""
     if not isinstance(raw, dict):
@@ -68,7 +108,8 @@ def validate_raw(raw: Any) -> list[str]:
         raise UnsupportedFormatError(
             f"bundle format {fmt} is newer than this pt2-registry understands (format {BUNDLE_FORMAT})",
             hint="upgrade pt2-registry to read it")
-    problems = sorted(f"{_path_of(e)}: {e.message}" for e in _validator().iter_errors(raw))
+    problems = sorted([f"{_path_of(e)}: {e.message}" for e in _validator().iter_errors(_chunks_elided(raw))]
+                      + _chunk_problems(raw))
     if problems:
         return problems
     members = {m["path"]: m for m in raw["members"]}
@@ -111,11 +152,13 @@ def validate_raw(raw: Any) -> list[str]:
     return problems
 
 
-def stored_blobs(manifest_json: str) -> set[tuple[str, int]]:
+def stored_blobs(manifest_json: str, packs_json: str | None = None) -> set[tuple[str, int]]:
     """Every blob (digest, size) a version stored as a manifest's text: one per chunk of a
-    chunked member, one per other member, and the manifest itself. Cheap (no schema check):
-    gc and the audit derive what a version needs from its manifest, not only from the
-    ``version_blobs`` rows, so deleting those rows cannot make gc drop a live version's data."""
+    chunked member, one per other member, and the manifest itself; with the version's pack
+    index (``format.packs``), each chunk it places in a pack is replaced by that pack. Cheap (no
+    schema check): gc and the audit derive what a version needs from its manifest, not only
+    from the ``version_blobs`` rows, so deleting those rows cannot make gc drop a live version's
+    data. ``ManifestError`` (an ``IntegrityError``) when either text is unreadable."""
     data = manifest_json.encode("utf-8")
     out = {(digest_of_bytes(data), len(data))}
     try:
@@ -129,6 +172,12 @@ def stored_blobs(manifest_json: str) -> set[tuple[str, int]]:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ManifestError(f"a stored manifest is unreadable ({exc})",
                             hint="the metadata database was altered") from exc
+    if packs_json:
+        try:
+            out = stored_with_packs(out, PackIndex.from_json(packs_json))
+        except UsageError as exc:
+            raise ManifestError(f"a stored pack index does not fit its manifest: {exc.message}",
+                                hint="the metadata database was altered") from exc
     return out
 
 

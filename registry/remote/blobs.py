@@ -30,8 +30,9 @@ from typing import Any, BinaryIO, Callable, Collection, Iterable, Iterator, Sequ
 import httpx
 import urllib3
 
-from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, check_range, locked_progress,
-                          open_range, range_error, run_parallel, unique_parts, verified_into)
+from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, check_range, check_read_range,
+                          locked_progress, open_range, range_error, run_parallel, short_blob_error, unique_parts,
+                          verified_into)
 from ..digests import sha256_bytes
 from ..constants import VERSION
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
@@ -319,22 +320,42 @@ class HttpBlobStore:
                                     stream=True)
         return _ResponseReader(response)
 
-    def _fetch(self, target: Target, writer: Any, progress: ProgressFn | None, stop: threading.Event) -> None:
-        """``target.size`` bytes into ``writer``, in order. A body cut off is asked for again
-        from the next byte (``Range``), up to ``STREAM_ATTEMPTS`` tries in all; a presigned URL
-        the bucket refuses (expired) is asked of the server afresh, once per try."""
-        got, failures, size = 0, 0, target.size
+    def read_range(self, digest: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset+length)`` of the blob, raw and unverified: one GET with
+        ``Range`` (a presigned S3 URL, or the server's own route over a local store, which
+        answers 206), resumed and retried as ``_fetch`` does. ``NotFoundError`` if the server
+        does not store it; ``IntegrityError`` when it is shorter than ``offset + length`` or the
+        answer is not the range asked for."""
+        check_read_range(digest, offset, length)
+        target = self.download_targets([digest])[digest]
+        if offset + length > target.size:
+            raise short_blob_error(digest, offset, length, f"the registry at {self.url}", target.size)
+        out = io.BytesIO()
+        self._fetch(target, out, None, threading.Event(), offset=offset, length=length)
+        return out.getvalue()
+
+    def _fetch(self, target: Target, writer: Any, progress: ProgressFn | None, stop: threading.Event, *,
+               offset: int = 0, length: int | None = None) -> None:
+        """``target.size`` bytes into ``writer``, in order (with ``length``: bytes ``[offset,
+        offset+length)`` of the blob, every GET ranged; an answer of 416 or cut at the blob's
+        end is a ``short_blob_error``). A body cut off is asked for again from the next byte
+        (``Range``), up to ``STREAM_ATTEMPTS`` tries in all; a presigned URL the bucket refuses
+        (expired) is asked of the server afresh, once per try."""
+        got, failures = 0, 0
+        size = target.size if length is None else length
+        ranged = length is not None
         while True:
             headers = {**target.headers, "Accept-Encoding": "identity"}
-            if got:
-                headers["Range"] = f"bytes={got}-{size - 1}"
+            if got or ranged:
+                headers["Range"] = f"bytes={offset + got}-{offset + size - 1}"
             external = not same_origin(target.url, self.url)
+            unsatisfiable = (416,) if ranged else ()
             try:
                 if external and self._bucket is not None:
-                    response: Any = self._get_presigned(target.url, headers)
+                    response: Any = self._get_presigned(target.url, headers, ok=(403, *unsatisfiable))
                 else:
                     response = self.client.send("GET", target.url, headers=headers, stream=True,
-                                                ok=(403,) if external else ())
+                                                ok=((403,) if external else ()) + unsatisfiable)
             except StoreError:
                 failures += 1
                 if failures >= STREAM_ATTEMPTS:
@@ -348,12 +369,21 @@ class HttpBlobStore:
                                          hint="check the server's S3 credentials and clock")
                     target = self.download_targets([target.digest])[target.digest]
                     continue
-                _check_range_answer(target, got, response)
+                if response.status_code == 416:  # the range starts at or past the blob's end
+                    total = response.headers.get("content-range", "").rpartition("/")[2]
+                    raise short_blob_error(target.digest, offset, size, f"the registry at {self.url}",
+                                           int(total) if total.isdigit() else None)
+                _check_range_answer(target, got, response, offset=offset, length=length,
+                                    where=f"the registry at {self.url}")
                 for data in response.pieces() if isinstance(response, _Presigned) else \
                         _batched(response.iter_bytes(), STREAM_PIECE):
                     if stop.is_set():
                         raise _Cancelled()
                     if got + len(data) > size:
+                        if ranged:
+                            raise IntegrityError(f"blob {target.digest}: the store sent more than the {size} "
+                                                 f"bytes asked for at offset {offset}",
+                                                 hint="the store does not honour ranged GETs")
                         raise IntegrityError(f"blob {target.digest} is larger than the {size} bytes expected",
                                              hint="the store holds the wrong content for it")
                     writer.write(data)
@@ -376,9 +406,10 @@ class HttpBlobStore:
             finally:
                 response.close()
 
-    def _get_presigned(self, url: str, headers: dict[str, str]) -> _Presigned:
+    def _get_presigned(self, url: str, headers: dict[str, str], ok: tuple[int, ...] = (403,)) -> _Presigned:
         """GET a presigned URL with urllib3, never with an ``Authorization`` header; an error
-        answer other than 403 (left to ``_fetch``) is a ``StoreError``, as ``HttpClient.send``'s."""
+        answer not in ``ok`` (403 and, for a ranged read, 416 are left to ``_fetch``) is a
+        ``StoreError``, as ``HttpClient.send``'s."""
         assert self._bucket is not None
         headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         try:
@@ -388,7 +419,7 @@ class HttpBlobStore:
             reason = getattr(exc, "reason", None) or exc
             raise StoreError(f"a blob transfer to {without_query(url)} failed: {brief(reason)}",
                              hint="try again; the registry hands out a fresh URL each time") from exc
-        if answer.status >= 400 and answer.status != 403:
+        if answer.status >= 400 and answer.status not in ok:
             answer.close()
             answer.release_conn()
             raise StoreError(f"the blob store refused GET {without_query(url)} (HTTP {answer.status})",
@@ -458,16 +489,25 @@ def _target(raw: Any, method: str) -> Target:
                   headers={str(k): str(v) for k, v in headers.items()})
 
 
-def _check_range_answer(target: Target, start: int, response: httpx.Response | _Presigned) -> None:
-    """The answer is the whole blob (from byte 0) or exactly ``bytes start-(size-1)/size``."""
-    if not start:
+def _check_range_answer(target: Target, start: int, response: httpx.Response | _Presigned, *,
+                        offset: int = 0, length: int | None = None, where: str = "the registry") -> None:
+    """The answer is the whole blob (from byte 0) or exactly ``bytes start-(size-1)/size``;
+    for a ranged read (``length``), exactly ``bytes (offset+start)-(offset+length-1)/size``
+    (one cut at a blob shorter than ``offset + length`` is a ``short_blob_error``)."""
+    if not start and length is None:
         if response.status_code == 206:
             raise IntegrityError(f"blob {target.digest}: the store answered a part where the whole blob was asked for")
         return
-    expected = f"bytes {start}-{target.size - 1}/{target.size}"
+    first = offset + start
+    last = target.size - 1 if length is None else offset + length - 1
+    expected = f"bytes {first}-{last}/{target.size}"
     got = response.headers.get("content-range", "")
+    if response.status_code == 206 and length is not None and got != expected:
+        total = got.rpartition("/")[2]
+        if total.isdigit() and int(total) < offset + length:
+            raise short_blob_error(target.digest, offset, length, where, int(total))
     if response.status_code != 206 or got != expected:
-        raise IntegrityError(f"blob {target.digest}: asked for bytes {start}-{target.size - 1}, "
+        raise IntegrityError(f"blob {target.digest}: asked for bytes {first}-{last}, "
                              f"the store answered {got or 'the whole blob'}",
                              hint="the store does not honour ranged GETs")
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Ty
 from ..access.policy import AliasPolicy
 from ..access.scopes import Identity, parse_scope
 from ..errors import UsageError
+from ..format.packs import ChunkLocation
+from ..refs import validate_digest
 from ..store.audit_chain import ChainVerdict
 from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, PendingPush,
                              SignatureRecord, TokenRecord, VersionRecord)
@@ -36,6 +38,9 @@ T = TypeVar("T")
 
 #: what a remote client is told when it asks for work only the server does
 SERVER_SIDE_HINT = "gc runs on the server: run `pt2reg gc` with an admin token"
+
+#: chunk digests per locate request (the server takes up to its batch limit, 10,000 by default)
+LOCATE_BATCH = 5000
 
 
 class HttpMetadataStore:
@@ -61,17 +66,18 @@ class HttpMetadataStore:
                 lineage: Iterable[LineageEdge] = (), signatures: Iterable[Mapping[str, Any]] = (),
                 environment: Mapping[str, Any] | None = None, actor: str, host: str,
                 ref_for_audit: str | None = None, claim: int | None = None,
-                missing_blobs: Callable[[list[str]], list[str]] | None = None,
+                missing_blobs: Callable[[list[str]], list[str]] | None = None, packs_json: str | None = None,
                 ) -> tuple[VersionRecord, bool]:
-        """Record a version; the server checks every blob is stored (size and digest) before
-        it becomes visible (``missing_blobs`` is the server's own, so this one is not used)."""
+        """Record a version; the server checks every blob is stored (size and digest), and every
+        chunk the pack index places in a pack it has not checked before, before the version
+        becomes visible (``missing_blobs`` is the server's own, so this one is not used)."""
         answer = self.client.post_json("/v1/publish", {
             "name": name, "digest": digest, "manifest_json": manifest_json, "size": size,
             "blobs": [[d, s] for d, s in blobs], "aliases": list(aliases), "metadata": dict(metadata or {}),
             "build": dict(build) if build is not None else None, "lineage": encode(list(lineage)),
             "signatures": [dict(s) for s in signatures],
             "environment": dict(environment) if environment is not None else None,
-            "host": host, "ref_for_audit": ref_for_audit, "claim": claim})
+            "host": host, "ref_for_audit": ref_for_audit, "claim": claim, "packs_json": packs_json})
         return decode(VersionRecord, _field(answer, "version")), bool(_field(answer, "created"))
 
     def resolve(self, ref: Ref) -> VersionRecord:
@@ -193,6 +199,24 @@ class HttpMetadataStore:
 
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         raise UsageError("a remote client cannot map blobs to models", hint="the server checks blob access itself")
+
+    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
+        """The server's ``locate_chunks``, for packs of models this token may read, in batches."""
+        found: dict[str, ChunkLocation] = {}
+        wanted = sorted(set(digests))
+        for start in range(0, len(wanted), LOCATE_BATCH):
+            answer = self.client.post_json("/v1/chunks/locate", {"digests": wanted[start:start + LOCATE_BATCH]})
+            items = _field(answer, "locations")
+            if not isinstance(items, dict):
+                raise _malformed("chunk locations")
+            for chunk, loc in items.items():
+                try:
+                    pack, pack_size, offset, size = loc
+                    found[validate_digest(chunk)] = ChunkLocation(validate_digest(pack), int(pack_size), int(offset),
+                                                                  int(size))
+                except (TypeError, ValueError, UsageError):
+                    raise _malformed("chunk locations") from None
+        return found
 
     def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
         """None: the server answers which blobs it lacks when the upload starts."""

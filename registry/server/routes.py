@@ -18,8 +18,10 @@ from fastapi.responses import JSONResponse, Response
 
 from ..access.scopes import ADMIN, AUDIT_READ
 from ..digests import digest_of_bytes
-from ..errors import AccessDeniedError, IntegrityError, UsageError
+from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
+from ..blobs.packed import PackedPart, check_packed
 from ..format.manifest import stored_blobs
+from ..format.packs import ChunkLocation, PackIndex, stored_with_packs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
 from ..store.migrate import HEAD_REVISION, ensure_schema
@@ -195,7 +197,7 @@ def dataset_lineage(request: Request, uri: str, digest: str | None = None,
                                  size="integer", blobs="array", aliases="array", metadata="object",
                                  build="object", lineage="array", signatures="array",
                                  environment="object", host="string", ref_for_audit="string",
-                                 claim="integer"))
+                                 claim="integer", packs_json="string"))
 def publish(request: Request,
             call: Call = on_model("push", "body:name", also=(("alias", "aliases"),))) -> dict[str, Any]:
     """Record a version once every blob it names is stored (checked under the store's gc
@@ -218,8 +220,10 @@ def publish(request: Request,
         if isinstance(parent, str):
             call.who.require("pull", Ref.parse(parent).name)
     manifest_json = fields.text(body, "manifest_json", max_len=state.limits.publish_body)
-    blobs = _manifest_blobs(name, digest, manifest_json, blobs)
+    index = PackIndex.from_json(fields.opt_text(body, "packs_json", max_len=state.limits.publish_body))
+    blobs = _manifest_blobs(name, digest, manifest_json, blobs, index)
     _require_readable_blobs(state, call, name, [d for d, _ in blobs])
+    _check_pack_index(state, name, index)
     sizes = dict(blobs)
 
     def missing(digests: list[str]) -> list[str]:
@@ -232,20 +236,42 @@ def publish(request: Request,
         lineage=lineage_edges, signatures=fields.items(body, "signatures"),
         environment=fields.opt_mapping(body, "environment"),
         ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
-        missing_blobs=missing, identity=call.who, **call.writer())
+        missing_blobs=missing, identity=call.who, packs_json=index.to_json() if index else None,
+        **call.writer())
     return {"version": encode(version), "created": created}
 
 
+def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
+    """A pusher's pack index is a claim: every entry this server has not checked before (no
+    ``pack_chunks`` row says the same) is read from its pack and hashed, so a recorded index
+    never points a chunk at bytes that are not it (a later push reuses recorded entries)."""
+    if not index:
+        return
+    known = state.meta.locate_chunks([e.chunk for p in index.packs for e in p.entries])
+    todo = [PackedPart(e.chunk, 0, e.size, p.digest, e.offset) for p in index.packs for e in p.entries
+            if known.get(e.chunk) != ChunkLocation(p.digest, p.size, e.offset, e.size)]
+    try:
+        check_packed(state.blobs, todo)
+    except NotFoundError as exc:
+        raise IntegrityError(f"cannot publish {name}: a pack its index names is not stored ({exc.message}); "
+                             f"nothing was recorded", hint="push again (it uploads the packs)") from None
+    except IntegrityError as exc:
+        raise IntegrityError(f"cannot publish {name}: its pack index is wrong: {exc.message}; nothing was recorded",
+                             hint="push with pt2reg: the index must say where each chunk is in the packs it "
+                                  "uploaded") from None
+
+
 def _manifest_blobs(name: str, digest: str, manifest_json: str,
-                    claimed: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """The blobs a version needs, derived from its manifest (the client's list is not trusted:
-    a publish naming fewer blobs would record a version whose data was never uploaded). The
-    manifest text must hash to ``digest``; a claimed blob must be one of them, at its size."""
+                    claimed: list[tuple[str, int]], index: PackIndex) -> list[tuple[str, int]]:
+    """The blobs a version needs, derived from its manifest and pack index (the client's list
+    is not trusted: a publish naming fewer blobs would record a version whose data was never
+    uploaded). The manifest text must hash to ``digest``; a claimed blob must be one of them,
+    at its size; the index may only place the manifest's own chunks."""
     if digest_of_bytes(manifest_json.encode("utf-8")) != digest:
         raise IntegrityError(f"cannot publish {name}: its manifest does not hash to {digest}",
                              hint="send the manifest's canonical JSON text unchanged")
     try:
-        needed = dict(stored_blobs(manifest_json))
+        needed = dict(stored_with_packs(stored_blobs(manifest_json), index))
     except IntegrityError:
         raise IntegrityError(f"cannot publish {name}: its manifest is not a JSON object listing "
                              f"members with sha256 and size",
@@ -256,6 +282,14 @@ def _manifest_blobs(name: str, digest: str, manifest_json: str,
                              f"manifest names at that size",
                              hint="list the manifest's blobs as [digest, size]")
     return sorted(needed.items())
+
+
+def _readable_blobs(state: ServerState, call: Call, digests: list[str]) -> set[str]:
+    """The ``digests`` some version of a model the token may pull or push references."""
+    who = call.who
+    owners = state.meta.pullable_blob_models(digests)
+    return {d for d in digests if d in owners and (who.allows(ADMIN) or any(
+        who.allows("pull", m) or who.allows("push", m) for m in owners[d]))}
 
 
 def _require_readable_blobs(state: ServerState, call: Call, name: str, digests: list[str]) -> None:
@@ -467,6 +501,20 @@ def upload_blobs(request: Request,
         raise UsageError(f"blob {too_big[0]} is larger than this server's limit of "
                          f"{state.limits.blob_body} bytes per blob")
     return blobio.upload_plan(state, request, items)
+
+
+@router.post("/v1/chunks/locate", tags=["blobs"],
+             openapi_extra=json_body_doc(digests="array", name="string"))
+def locate_chunks(request: Request,
+                  call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
+    """Where each chunk is stored inside a pack (``[pack, pack size, offset, size]``), for a
+    push that would otherwise store it again; only packs of models the token may read."""
+    state = server_state(request)
+    digests = [validate_digest(d) for d in fields.items(call.body, "digests", limit=state.limits.batch_items)]
+    found = state.meta.locate_chunks(digests)
+    readable = _readable_blobs(state, call, sorted({loc.pack for loc in found.values()}))
+    return {"locations": {c: [loc.pack, loc.pack_size, loc.offset, loc.size]
+                          for c, loc in found.items() if loc.pack in readable}}
 
 
 @router.post("/v1/blobs/download", tags=["blobs"],

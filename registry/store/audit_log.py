@@ -22,7 +22,7 @@ from ..digests import digest_of_bytes
 from ..errors import ManifestError, UsageError
 from ..format.manifest import stored_blobs
 from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, TokenRow, VersionBlobRow,
-                  VersionRow, json_text, now_text)
+                  VersionPackRow, VersionRow, json_text, now_text)
 
 __all__ = ["ALIAS_ACTIONS", "TOKEN_ACTIONS", "append_event", "merge_details", "alias_at", "verify", "reconcile",
            "stored_fields"]
@@ -113,16 +113,18 @@ def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
     for vid, digest, size in session.execute(select(VersionBlobRow.version_id, VersionBlobRow.blob_digest,
                                                     VersionBlobRow.size).execution_options(yield_per=5000)):
         rows.setdefault(vid, set()).add((digest, size))
-    for vid, name, number, digest, text_ in session.execute(
-            select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.manifest_json)
+    for vid, name, number, digest, text_, packs_ in session.execute(
+            select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.manifest_json,
+                   VersionPackRow.packs_json)
             .join(ModelRow, ModelRow.id == VersionRow.model_id)
+            .outerjoin(VersionPackRow, VersionPackRow.version_id == VersionRow.id)
             .order_by(ModelRow.name, VersionRow.number).execution_options(yield_per=1000)):
         if digest_of_bytes(text_.encode("utf-8")) != digest:
             return name, number, f"has a stored manifest that does not hash to its digest {digest}"
         try:
-            needed = stored_blobs(text_)
+            needed = stored_blobs(text_, packs_)
         except ManifestError:
-            return name, number, "has an unreadable stored manifest"
+            return name, number, "has an unreadable stored manifest or pack index"
         have = rows.get(vid, set())
         if have != needed:
             missing = sorted(needed - have)

@@ -28,7 +28,7 @@ from .records import (AuditEvent, LineageEdge, PendingPush, SignatureRecord, Tok
                       VersionRecord)
 
 __all__ = [
-    "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "AliasRow", "SignatureRow",
+    "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "VersionPackRow", "PackChunkRow", "AliasRow", "SignatureRow",
     "LineageRow", "PendingPushRow", "AuditEventRow", "TokenRow", "STATUSES", "LINEAGE_KINDS", "now_text",
     "db_clock",
     "json_text", "AliasPolicyRow", "AttestationRow", "WebhookRow", "WebhookDeliveryRow",
@@ -126,14 +126,15 @@ class VersionRow(Base):
     environment_json: Mapped[str | None] = mapped_column(Text)
     metadata_json: Mapped[str] = mapped_column(Text)
 
-    def to_record(self, name: str, aliases: list[str], *, with_manifest: bool = True
-                  ) -> VersionRecord:
+    def to_record(self, name: str, aliases: list[str], *, with_manifest: bool = True,
+                  packs_json: str | None = None) -> VersionRecord:
         return VersionRecord(
             name=name, number=self.number, digest=self.digest, size=self.size,
             status=self.status, status_reason=self.status_reason,
             created_at=parse_ts(self.created_at), created_by=self.created_by,
             metadata=json.loads(self.metadata_json), aliases=sorted(aliases),
             manifest_json=self.manifest_json if with_manifest else None,
+            packs_json=packs_json if with_manifest else None,
             build=json.loads(self.build_json) if self.build_json else None,
             environment=json.loads(self.environment_json) if self.environment_json else None,
             status_by=self.status_by,
@@ -150,6 +151,30 @@ class VersionBlobRow(Base):
                                             primary_key=True)
     blob_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
+
+
+class VersionPackRow(Base):
+    """A version's pack index (``format.packs``): where its small chunks lie inside pack blobs.
+    No row: every chunk of the version is a blob of its own (all versions pushed before packs)."""
+
+    __tablename__ = "version_packs"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+    packs_json: Mapped[str] = mapped_column(Text)
+
+
+class PackChunkRow(Base):
+    """One chunk stored inside a pack blob, as a version's pack index recorded it: what a push
+    looks up to reuse a chunk another version already stored (``locate_chunks``). Derived
+    from the versions' ``packs_json``; a row counts only while a version references its pack."""
+
+    __tablename__ = "pack_chunks"
+
+    chunk_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    pack_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    pack_size: Mapped[int] = mapped_column(BigInteger)
 
 
 class AliasRow(Base):

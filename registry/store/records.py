@@ -48,6 +48,9 @@ class VersionRecord:
     environment: dict[str, Any] | None = None
     status_by: str | None = None
     status_at: datetime | None = None
+    #: where its small chunks are stored (``format.packs``; None: every chunk is a blob of its
+    #: own); like ``manifest_json``, only set when the version is fetched, not in listings
+    packs_json: str | None = None
 
     @property
     def ref(self) -> str:

@@ -34,6 +34,7 @@ from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
                       SignatureError, UsageError)
 from ..format.manifest import stored_blobs
+from ..format.packs import ChunkLocation, PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..access.scopes import Identity, parse_scope
 from ..access.policy import (ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement,
@@ -44,8 +45,8 @@ from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
 from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
-from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
-                  TokenRow, VersionBlobRow, VersionRow, db_clock, json_text, now_text)
+from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PackChunkRow, PendingPushRow, SignatureRow,
+                  TokenRow, VersionBlobRow, VersionPackRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
                       ModelRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
@@ -120,9 +121,11 @@ class SqlMetadataStore:
             raise self._no_version(s, model, number)
         return row
 
-    def _record(self, s: Session, name: str, row: VersionRow) -> VersionRecord:
+    def _record(self, s: Session, name: str, row: VersionRow, *, packs: bool = False) -> VersionRecord:
+        """The record of ``row``; with ``packs``, its pack index too (what a pull needs)."""
         aliases = s.scalars(select(AliasRow.alias).where(AliasRow.version_id == row.id)).all()
-        return row.to_record(name, list(aliases))
+        index = s.get(VersionPackRow, row.id) if packs else None
+        return row.to_record(name, list(aliases), packs_json=index.packs_json if index is not None else None)
 
     def _not_found(self, s: Session, ref: Ref) -> NotFoundError:
         model = self._model(s, ref.name)
@@ -156,7 +159,7 @@ class SqlMetadataStore:
                 claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
                 audit_details: Mapping[str, Any] | None = None,
-                identity: Identity | None = None,
+                identity: Identity | None = None, packs_json: str | None = None,
                 ) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
@@ -173,6 +176,10 @@ class SqlMetadataStore:
         returns the existing version with ``created=False``; requested aliases (and new
         signatures) are still applied. All in one transaction, audited; ``audit_details`` (here
         and on every write) are added to each event's details (the server records its token id).
+        ``packs_json``: the version's pack index (``format.packs``: where its small chunks lie in
+        pack blobs; ``blobs`` then names the packs, not those chunks), recorded with the version
+        and by chunk for ``locate_chunks``. It is taken as given: a server checks a client's index
+        against the packs' bytes before calling this.
 
             >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
             ...                            [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
@@ -186,6 +193,7 @@ class SqlMetadataStore:
         if not isinstance(size, int) or size < 0:
             raise UsageError(f"invalid version size {size!r}")
         blob_sizes = writes.blobs_input(blobs)
+        index = PackIndex.from_json(packs_json)
         alias_names = list(dict.fromkeys(validate_alias(a) for a in aliases))
         edges = writes.lineage_input(lineage)
         sigs = writes.signatures_input(signatures, digest)
@@ -218,7 +226,7 @@ class SqlMetadataStore:
                 row = writes.insert_version(
                     s, model, digest=digest, manifest_json=manifest_json, size=size,
                     blobs=blob_sizes, edges=edges, metadata_json=metadata_json,
-                    build_json=build_json, environment_json=environment_json, actor=actor)
+                    build_json=build_json, environment_json=environment_json, actor=actor, packs=index)
                 # the chain covers who published it, its metadata and its lineage too
                 audit_log.append_event(s, "publish", actor=actor, host=host, model=name,
                                        number=row.number, digest=digest, ref=ref_for_audit,
@@ -266,7 +274,7 @@ class SqlMetadataStore:
             row = s.scalars(stmt).first()
             if row is None:
                 raise self._not_found(s, ref)
-            return self._record(s, ref.name, row)
+            return self._record(s, ref.name, row, packs=True)
 
         return self._read(work)
 
@@ -666,9 +674,11 @@ class SqlMetadataStore:
                 released[:] = dead
             live = {d for c in alive for d in c.blobs}
             referenced = set(s.scalars(select(VersionBlobRow.blob_digest).distinct()))
-            # what each version's manifest says it needs, whatever version_blobs says
-            for (text_,) in s.execute(select(VersionRow.manifest_json).execution_options(yield_per=1000)):
-                referenced.update(d for d, _ in stored_blobs(text_))
+            # what each version's manifest (and pack index) says it needs, whatever version_blobs says
+            for text_, packs_ in s.execute(select(VersionRow.manifest_json, VersionPackRow.packs_json)
+                                           .outerjoin(VersionPackRow, VersionPackRow.version_id == VersionRow.id)
+                                           .execution_options(yield_per=1000)):
+                referenced.update(d for d, _ in stored_blobs(text_, packs_))
             done = []
             for digest, size in wanted:
                 if digest in live or digest in referenced:
@@ -1012,6 +1022,29 @@ class SqlMetadataStore:
                                         .where(AliasRow.version_id.in_([r.id for r in rows]))):
                 aliases.setdefault(vid, []).append(alias)
             return [r.to_record(name, aliases.get(r.id, []), with_manifest=False) for r in rows], total
+
+        return self._read(work)
+
+    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
+        """Where each of ``digests`` is stored inside a pack some version references (a push
+        reuses it instead of storing it again); chunks found in no such pack are absent.
+
+            >>> store.locate_chunks(["sha256:abab..."])["sha256:abab..."].pack
+            'sha256:cdcd...'
+        """
+        wanted = sorted({validate_digest(d) for d in digests})
+
+        def work(s: Session) -> dict[str, ChunkLocation]:
+            found: dict[str, ChunkLocation] = {}
+            live = select(VersionBlobRow.blob_digest).where(VersionBlobRow.blob_digest == PackChunkRow.pack_digest)
+            for start in range(0, len(wanted), 500):
+                rows = s.execute(select(PackChunkRow).where(PackChunkRow.chunk_digest.in_(wanted[start:start + 500]),
+                                                            live.exists())
+                                 .order_by(PackChunkRow.chunk_digest, PackChunkRow.pack_digest))
+                for (row,) in rows:
+                    found.setdefault(row.chunk_digest, ChunkLocation(row.pack_digest, row.pack_size,
+                                                                     row.offset, row.size))
+            return found
 
         return self._read(work)
 

@@ -12,6 +12,7 @@ from registry.blobs.s3 import S3BlobStore
 from registry.errors import IntegrityError, NotFoundError
 from tests.unit.test_blobs_local import MiB, blob, relpath
 from tests.unit.test_blobs_s3_moto import SMALL_PARTS, S3ContractHooks
+from tests.unit.test_read_range import ReadRangeContract
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +40,59 @@ class TestSeaweedBlobStore(S3ContractHooks):
     @pytest.fixture
     def store(self, seaweed_env, bucket) -> S3BlobStore:
         return S3BlobStore(f"s3://{bucket}/{uuid.uuid4().hex[:8]}", **SMALL_PARTS)
+
+
+class TestSeaweedReadRange(ReadRangeContract):
+    """``read_range`` against SeaweedFS: ranged GETs only, a truncated object refused."""
+
+    @pytest.fixture
+    def store(self, seaweed_env, bucket) -> S3BlobStore:
+        return S3BlobStore(f"s3://{bucket}/{uuid.uuid4().hex[:8]}", **SMALL_PARTS)
+
+    def replace(self, store, digest, data):
+        store._s3().put_object(Bucket=store.bucket, Key=store._key(digest), Body=data)
+
+    def test_one_ranged_get_for_the_range_only(self, store, pack, monkeypatch):
+        data, digest = pack
+        client, answers = store._s3(), []
+        real_get = client.get_object
+
+        def get_object(**kwargs):
+            response = real_get(**kwargs)
+            answers.append((kwargs.get("Range"), response["ContentLength"], response.get("ContentRange")))
+            return response
+
+        monkeypatch.setattr(client, "get_object", get_object)
+        assert store.read_range(digest, 1_000_000, 300_000) == data[1_000_000:1_300_000]
+        assert answers == [("bytes=1000000-1299999", 300_000, f"bytes 1000000-1299999/{len(data)}")]
+
+    def test_a_body_cut_off_is_resumed_from_the_next_byte(self, store, pack, monkeypatch):
+        from botocore.exceptions import ResponseStreamingError
+
+        data, digest = pack
+        client, ranges = store._s3(), []
+        real_get = client.get_object
+
+        def get_object(**kwargs):
+            response = real_get(**kwargs)
+            ranges.append(kwargs["Range"])
+            if len(ranges) == 1:  # the first body breaks after 1000 bytes
+                body, real_read = response["Body"], response["Body"].read
+                sent = [0]
+
+                def read(amt=None):
+                    if sent[0] >= 1000:
+                        raise ResponseStreamingError(error="connection broken")
+                    chunk = real_read(min(amt, 1000 - sent[0]))
+                    sent[0] += len(chunk)
+                    return chunk
+
+                body.read = read
+            return response
+
+        monkeypatch.setattr(client, "get_object", get_object)
+        assert store.read_range(digest, 4000, 600_000) == data[4000:604_000]
+        assert ranges == ["bytes=4000-603999", "bytes=5000-603999"]
 
 
 def sha256_file(path) -> str:

@@ -74,12 +74,13 @@ def _wrong_chunk_sha(member: dict[str, Any], _body: bytes) -> None:
 
 
 def _other_tiling(member: dict[str, Any], body: bytes) -> None:
-    """Move every chunk boundary by 4096 bytes and hash the new ranges: the right bytes, cut
-    differently, with every digest true."""
+    """Cut the member differently and hash the new ranges: the right bytes, every digest true.
+    The first four chunks become one (a glue chunk of several entries, as bundles made before
+    entry-level chunking have), and the largest is cut in two at an odd offset."""
     sizes = [c["size"] for c in member["chunks"]]
-    sizes[0] += 4096
-    sizes[-1] -= 4096
-    assert sizes[-1] > 0
+    sizes[0:4] = [sum(sizes[0:4])]
+    k = max(range(len(sizes)), key=sizes.__getitem__)
+    sizes[k:k + 1] = [sizes[k] // 2 + 1, sizes[k] - sizes[k] // 2 - 1]
     chunks, pos = [], 0
     for n in sizes:
         chunks.append({"sha256": hashlib.sha256(body[pos:pos + n]).hexdigest(), "size": n})

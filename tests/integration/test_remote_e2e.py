@@ -8,6 +8,7 @@ turned into exit 7, identity from the token, login/whoami, and pinned loads with
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -245,3 +246,97 @@ def test_with_an_s3_store_the_bytes_go_through_presigned_urls_never_through_the_
     assert counters.get("blob_bytes_served", 0) == 0 and counters.get("blob_bytes_received", 0) == 0, counters
     stored = boto3.session.Session().client("s3").list_objects_v2(Bucket=bucket, Prefix="reg/blobs/")
     assert stored["KeyCount"] > 0 and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("reg_env", ["server", pytest.param("team-server", marks=pytest.mark.integration)],
+                         indirect=True)
+def test_read_range_through_a_real_server(reg_env, monkeypatch):
+    """``HttpBlobStore.read_range`` against a ``pt2reg serve`` process: over a local store the
+    server answers the ``Range`` itself (206), over SeaweedFS the client GETs a presigned URL
+    with it; a blob truncated behind the server's back, or shorter than the size first
+    reported, is an IntegrityError naming the range."""
+    from registry.blobs.base import blob_relpath
+    from registry.errors import IntegrityError, NotFoundError, UsageError
+    from registry.remote.blobs import HttpBlobStore, Target
+    from registry.remote.http import HttpClient, same_origin
+    from tests.unit.test_read_range import assert_short, pack_bytes
+
+    data, digest = pack_bytes(1 << 20)
+    store = HttpBlobStore(HttpClient(reg_env.url, reg_env.token))
+    try:
+        # the server serves only blobs a version references: publish one holding the pack
+        manifest = json.dumps({"members": [{"sha256": digest[7:], "size": len(data)}], "salt": "packs"}).encode()
+        mdigest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        assert store.put_bytes(data, digest) is True and store.put_bytes(manifest, mdigest) is True
+        store.client.post_json("/v1/publish", {
+            "name": "team/packs", "digest": mdigest, "manifest_json": manifest.decode(), "size": len(data),
+            "blobs": [[digest, len(data)], [mdigest, len(manifest)]], "host": "ci"})
+        seen: list[tuple[str, str | None, int]] = []   # (route, Range, status)
+        real_send, real_presigned = store.client.send, store._get_presigned
+
+        def send(method, url, **kwargs):
+            response = real_send(method, url, **kwargs)
+            if method == "GET" and "/v1/blobs/download" not in url:
+                seen.append(("server" if same_origin(url, reg_env.url) else "bucket",
+                             (kwargs.get("headers") or {}).get("Range"), response.status_code))
+            return response
+
+        def presigned(url, headers, **kwargs):
+            response = real_presigned(url, headers, **kwargs)
+            seen.append(("presigned", headers.get("Range"), response.status_code))
+            return response
+
+        monkeypatch.setattr(store.client, "send", send)
+        monkeypatch.setattr(store, "_get_presigned", presigned)
+
+        assert store.read_range(digest, 300_001, 200_000) == data[300_001:500_001]
+        route = "server" if reg_env.kind == "server" else ("presigned" if store._bucket is not None else "bucket")
+        assert seen == [(route, "bytes=300001-500000", 206)]
+        assert store.read_range(digest, len(data) - 999, 999) == data[-999:]
+        assert store.read_range(digest, 0, len(data)) == data
+
+        for offset, length in ((len(data) - 10, 11), (len(data), 1), (len(data) + 5000, 10)):
+            with pytest.raises(IntegrityError) as exc:
+                store.read_range(digest, offset, length)
+            assert_short(exc, digest, offset, offset + length - 1)
+        _, missing = pack_bytes(100, seed=9)
+        with pytest.raises(NotFoundError):
+            store.read_range(missing, 0, 10)
+        for offset, length in ((-1, 10), (0, 0), (5, -3)):
+            with pytest.raises(UsageError):
+                store.read_range(digest, offset, length)
+
+        # the blob shrinks after the server reported its size: the answer is cut short (206 with
+        # the real size) or refused (416), and the read says so, not returning fewer bytes
+        real_targets = store.download_targets
+
+        def stale(digests):
+            return {d: Target(t.digest, t.url, t.size + 5000, t.method, t.headers)
+                    for d, t in real_targets(digests).items()}
+
+        monkeypatch.setattr(store, "download_targets", stale)
+        seen.clear()
+        with pytest.raises(IntegrityError) as exc:
+            store.read_range(digest, len(data) - 10, 20)
+        assert_short(exc, digest, len(data) - 10, len(data) + 9)
+        with pytest.raises(IntegrityError) as exc:
+            store.read_range(digest, len(data) + 100, 20)
+        assert_short(exc, digest, len(data) + 100, len(data) + 119)
+        assert [status for _r, _h, status in seen] == [206, 416]
+        monkeypatch.setattr(store, "download_targets", real_targets)
+
+        # truncated behind the server's back
+        short = data[:4096]
+        if reg_env.store.startswith("file://"):
+            path = Path(reg_env.store[len("file://"):]) / blob_relpath(digest)
+            path.chmod(0o644)
+            path.write_bytes(short)
+        else:
+            bucket, key = reg_env.blob_location(digest)
+            reg_env.s3_client().put_object(Bucket=bucket, Key=key, Body=short)
+        assert store.read_range(digest, 96, 4000) == data[96:4096]
+        with pytest.raises(IntegrityError) as exc:
+            store.read_range(digest, 4000, 200)
+        assert_short(exc, digest, 4000, 4199)
+    finally:
+        store.client.close()

@@ -82,15 +82,15 @@ def _stall_push_then(monkeypatch, during_upload):
     """Run ``during_upload(claim_id)`` after push uploaded its chunks, before it publishes."""
     import registry.client.push as push_mod
 
-    real = push_mod.upload_bundle
+    real = push_mod.upload_plan
     seen = {}
 
-    def upload(bundle, blobs, progress, **kwargs):
-        result = real(bundle, blobs, progress, **kwargs)
+    def upload(bundle, plan, blobs, progress, **kwargs):
+        result = real(bundle, plan, blobs, progress, **kwargs)
         seen["claims"] = during_upload()
         return result
 
-    monkeypatch.setattr(push_mod, "upload_bundle", upload)
+    monkeypatch.setattr(push_mod, "upload_plan", upload)
     return seen
 
 

@@ -105,7 +105,7 @@ def test_the_protocol_table_is_mounted(app: Any) -> None:
         ("POST", "/v1/pending/{claim_id}/heartbeat"), ("DELETE", "/v1/pending/{claim_id}"),
         ("GET", "/v1/now"), ("POST", "/v1/gc"), ("POST", "/v1/blobs/upload"),
         ("PUT", "/v1/blobs/{digest}"), ("POST", "/v1/blobs/download"), ("GET", "/v1/blobs/{digest}"),
-        ("HEAD", "/v1/blobs/{digest}"), ("POST", "/v1/tokens"), ("GET", "/v1/tokens"),
+        ("HEAD", "/v1/blobs/{digest}"), ("POST", "/v1/chunks/locate"), ("POST", "/v1/tokens"), ("GET", "/v1/tokens"),
         ("DELETE", "/v1/tokens/{token_id}"), ("GET", "/v1/openapi.json"), ("GET", "/healthz"),
         ("GET", "/readyz"), ("GET", "/v1/stats"),
         # alias policies and attestations (registry/server/governance.py)

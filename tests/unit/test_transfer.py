@@ -15,7 +15,7 @@ import pytest
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
 from registry.errors import IntegrityError
-from registry.client.transfer import assemble_member, upload_bundle
+from registry.client.transfer import assemble_member, plan_upload, upload_plan
 from registry.format.manifest import Member
 from registry.parallel import BUFFER, Job, Segment, crc32_combine, hash_copy, hash_ranges
 
@@ -120,6 +120,26 @@ def _chunked(tmp_path: Path, *, chunk_shas: list[str] | None = None):
     return bundle, member, body
 
 
+class _Empty:
+    """A metadata store with no versions: no chunk is in a pack yet, no blob is recorded."""
+
+    def locate_chunks(self, digests):
+        return {}
+
+    def recorded_blobs(self, digests):
+        return set()
+
+
+def upload_bundle(bundle, store, progress):
+    """A push's upload of ``bundle`` into an empty registry: (uploaded, skipped)."""
+    return upload_plan(bundle, plan_upload(bundle, _Empty(), store), store, progress)
+
+
+def located(bundle, store):
+    """Where the push put the small chunks (the version's pack index)."""
+    return plan_upload(bundle, _Empty(), store).index.locations()
+
+
 @pytest.mark.parametrize("parallel", [1, 4])
 def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     monkeypatch.setattr("registry.blobs.local.WORKERS", parallel)
@@ -130,7 +150,7 @@ def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     assert sum(seen) == len(body)
     assert upload_bundle(bundle, store, None) == (0, len(body))     # all there: nothing written
     dest = tmp_path / "cache" / "m.pt2"
-    assemble_member(member, store, dest, None)
+    assemble_member(member, store, dest, None, located(bundle, store))
     assert dest.read_bytes() == body
 
 
@@ -143,7 +163,7 @@ def test_push_refuses_a_damaged_file_chunk_by_chunk(tmp_path):
     with pytest.raises(IntegrityError, match=f"does not match its digest sha256:{member.chunks[2][0]}"):
         upload_bundle(bundle, store, None)
     assert not store.exists("sha256:" + member.chunks[2][0])
-    assert not list((tmp_path / "store" / "tmp").iterdir())
+    assert not list((tmp_path / "store").rglob("tmp/*"))  # nothing half written (here: nothing at all)
 
 
 def test_push_refuses_a_wrong_chunk_digest(tmp_path):
@@ -155,7 +175,7 @@ def test_push_refuses_a_wrong_chunk_digest(tmp_path):
     with pytest.raises(IntegrityError, match="cd" * 32):
         upload_bundle(bundle, store, None)
     assert not store.exists("sha256:" + "cd" * 32)
-    assert not list((tmp_path / "store" / "tmp").iterdir())
+    assert not list((tmp_path / "store").rglob("tmp/*"))  # nothing half written (here: nothing at all)
 
 
 def test_pull_refuses_a_blob_of_the_wrong_size_and_leaves_nothing(tmp_path):

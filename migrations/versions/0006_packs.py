@@ -1,0 +1,48 @@
+"""Packs: each version's pack index, and the chunks each pack holds.
+
+Revision ID: 0006_packs
+Revises: 0005_webhooks
+Create Date: 2026-11-24
+
+``version_packs`` holds a version's pack index (``registry.format.packs``): for each pack blob
+it reads chunks from, the pack's digest and size and where each chunk lies in it (no row: every
+chunk is a blob of its own, as for every version pushed before packs). ``pack_chunks`` is the
+same information by chunk: what a push looks up to reuse a chunk another version stored.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006_packs"
+down_revision: Union[str, Sequence[str], None] = "0005_webhooks"
+branch_labels: Union[str, Sequence[str], None] = None
+depends_on: Union[str, Sequence[str], None] = None
+
+DIGEST = sa.String(71)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "version_packs",
+        sa.Column("version_id", sa.Integer(), nullable=False),
+        sa.Column("packs_json", sa.Text(), nullable=False),
+        sa.ForeignKeyConstraint(["version_id"], ["versions.id"], name=op.f("fk_version_packs_version_id_versions")),
+        sa.PrimaryKeyConstraint("version_id", name=op.f("pk_version_packs")),
+    )
+    op.create_table(
+        "pack_chunks",
+        sa.Column("chunk_digest", DIGEST, nullable=False),
+        sa.Column("pack_digest", DIGEST, nullable=False),
+        sa.Column("offset", sa.BigInteger(), nullable=False),
+        sa.Column("size", sa.BigInteger(), nullable=False),
+        sa.Column("pack_size", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("chunk_digest", "pack_digest", name=op.f("pk_pack_chunks")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("pack_chunks")
+    op.drop_table("version_packs")

@@ -1,0 +1,184 @@
+"""Pack indexes: where a version's small chunks are stored, inside pack blobs.
+
+Every tensor of a program is its own chunk (``format.chunking``), the unit of dedup. Storing
+each of 10,000 tiny chunks as a blob of its own would cost 10,000 files, PUTs and rows per
+push, so a push stores the small chunks (under ``PACK_BELOW`` bytes) it must upload
+concatenated in *packs*: ordinary content-addressed blobs (named by the sha256 of their bytes,
+verified on the way in like every blob) of up to ``PACK_BYTES``. A version records its **pack
+index**: for each pack it uses, the pack's digest and size and where each of its chunks lies in
+it. The index is storage, not format: the bundle and its digest are the same however its chunks
+are stored, and a chunk's integrity is still its own sha256, checked on every read.
+
+A version's stored blobs (what gc keeps, what the audit checks, what a pull may fetch) are then
+its manifest's blobs with the packed chunks replaced by their packs (``stored_with_packs``).
+The canonical JSON form (``PackIndex.to_json``) is what the metadata store keeps::
+
+    {"packs": [{"digest": "sha256:<hex>", "size": 1234,
+                "chunks": [["<chunk sha256 hex>", <offset in the pack>, <size>], ...]}, ...]}
+
+>>> e = PackEntry("sha256:" + "a" * 64, 0, 10)
+>>> index = PackIndex((Pack("sha256:" + "b" * 64, 10, (e,)),))
+>>> PackIndex.from_json(index.to_json()) == index
+True
+>>> index.locations()[e.chunk].pack == "sha256:" + "b" * 64
+True
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from ..digests import canonical_json
+from ..errors import UsageError
+from ..refs import validate_digest
+from .chunking import MIN_CHUNK
+
+__all__ = ["PACK_BELOW", "PACK_BYTES", "MAX_PACK_ENTRIES", "PackEntry", "Pack", "PackIndex", "ChunkLocation",
+           "stored_with_packs"]
+
+#: chunks smaller than this are stored in packs (the tensors ``format.chunking`` used to coalesce)
+PACK_BELOW = MIN_CHUNK
+#: a pack holds at most this many bytes (one PUT, one file, one row)
+PACK_BYTES = 64 * 1024 * 1024
+#: an index lists at most this many chunks (a manifest lists at most a million per member)
+MAX_PACK_ENTRIES = 4_000_000
+
+
+@dataclass(frozen=True)
+class PackEntry:
+    """One chunk (``sha256:<hex>``) stored at ``offset`` of its pack, ``size`` bytes."""
+
+    chunk: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A pack blob (``digest``, ``size`` bytes) and the entries a version reads from it."""
+
+    digest: str
+    size: int
+    entries: tuple[PackEntry, ...]
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    """Where a chunk can be read: ``size`` bytes at ``offset`` of pack ``pack`` (``pack_size`` bytes)."""
+
+    pack: str
+    pack_size: int
+    offset: int
+    size: int
+
+
+def _bad(message: str) -> UsageError:
+    return UsageError(f"invalid pack index: {message}",
+                      hint="a pack index lists packs with their digest, size and chunks [sha256 hex, offset, size]")
+
+
+def _int(value: Any, what: str, minimum: int) -> int:
+    if type(value) is not int or value < minimum:
+        raise _bad(f"{what} is {value!r}, not an integer >= {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class PackIndex:
+    """The packs a version reads chunks from, each with its entries (see the module docstring)."""
+
+    packs: tuple[Pack, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.packs)
+
+    def locations(self) -> dict[str, ChunkLocation]:
+        """``chunk digest -> ChunkLocation`` for every entry."""
+        return {e.chunk: ChunkLocation(p.digest, p.size, e.offset, e.size) for p in self.packs for e in p.entries}
+
+    def blobs(self) -> set[tuple[str, int]]:
+        """(digest, size) of every pack."""
+        return {(p.digest, p.size) for p in self.packs}
+
+    def to_json(self) -> str:
+        """The canonical JSON text (packs by digest, entries by offset)."""
+        return canonical_json({"packs": [
+            {"digest": p.digest, "size": p.size,
+             "chunks": [[e.chunk[7:], e.offset, e.size] for e in sorted(p.entries, key=lambda e: e.offset)]}
+            for p in sorted(self.packs, key=lambda p: p.digest)]}).decode("utf-8")
+
+    @classmethod
+    def from_locations(cls, used: Mapping[str, ChunkLocation]) -> "PackIndex":
+        """The index of the chunks ``used`` (``chunk digest -> location``), grouped by pack."""
+        packs: dict[tuple[str, int], list[PackEntry]] = {}
+        for chunk, loc in used.items():
+            packs.setdefault((loc.pack, loc.pack_size), []).append(PackEntry(chunk, loc.offset, loc.size))
+        return cls(tuple(Pack(d, n, tuple(sorted(es, key=lambda e: e.offset))) for (d, n), es in sorted(packs.items())))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "PackIndex":
+        """Parse and check an index (``UsageError`` naming the first problem): digests well formed,
+        every entry inside its pack, no two entries of a pack overlapping, each chunk listed once."""
+        if not text:
+            return cls()
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise _bad(f"not JSON ({exc})") from None
+        if not isinstance(raw, dict) or set(raw) != {"packs"} or not isinstance(raw["packs"], list):
+            raise _bad('not an object {"packs": [...]}')
+        packs, seen, count = [], set(), 0
+        for i, p in enumerate(raw["packs"]):
+            if not isinstance(p, dict) or set(p) != {"digest", "size", "chunks"} or not isinstance(p["chunks"], list):
+                raise _bad(f"packs/{i} is not an object of digest, size and chunks")
+            try:
+                digest = validate_digest(p["digest"]) if isinstance(p["digest"], str) else None
+            except UsageError:
+                digest = None
+            if digest is None:
+                raise _bad(f"packs/{i}/digest {p['digest']!r} is not sha256:<64 hex>")
+            size = _int(p["size"], f"packs/{i}/size", 1)
+            count += len(p["chunks"])
+            if count > MAX_PACK_ENTRIES:
+                raise _bad(f"more than {MAX_PACK_ENTRIES} chunks")
+            entries = []
+            for j, c in enumerate(p["chunks"]):
+                where = f"packs/{i}/chunks/{j}"
+                if not (isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and len(c[0]) == 64):
+                    raise _bad(f"{where} is not [sha256 hex, offset, size]")
+                try:
+                    chunk = validate_digest("sha256:" + c[0])
+                except UsageError:
+                    raise _bad(f"{where}: {c[0]!r} is not 64 lowercase hex digits") from None
+                offset, n = _int(c[1], f"{where} offset", 0), _int(c[2], f"{where} size", 1)
+                if offset + n > size:
+                    raise _bad(f"{where} ends at byte {offset + n}, past the pack's {size} bytes")
+                if chunk in seen:
+                    raise _bad(f"chunk {chunk} is listed twice")
+                seen.add(chunk)
+                entries.append(PackEntry(chunk, offset, n))
+            entries.sort(key=lambda e: e.offset)
+            for a, b in zip(entries, entries[1:]):
+                if a.offset + a.size > b.offset:
+                    raise _bad(f"packs/{i}: chunks at offsets {a.offset} and {b.offset} overlap")
+            packs.append(Pack(digest, size, tuple(entries)))
+        if len({p.digest for p in packs}) != len(packs):
+            raise _bad("a pack is listed twice")
+        return cls(tuple(packs))
+
+
+def stored_with_packs(needed: Iterable[tuple[str, int]], index: PackIndex) -> set[tuple[str, int]]:
+    """The blobs a version stores: the manifest's ``needed`` (digest, size) with each chunk the
+    index places in a pack replaced by that pack. ``UsageError`` when the index lists a chunk
+    the manifest does not name at that size (an index may only say where the version's own
+    chunks are)."""
+    out = set(needed)
+    sizes = dict(out)
+    for p in index.packs:
+        for e in p.entries:
+            if sizes.get(e.chunk) != e.size:
+                raise _bad(f"chunk {e.chunk} ({e.size} bytes) is not one the manifest names at that size")
+            out.discard((e.chunk, e.size))
+        out.add((p.digest, p.size))
+    return out

@@ -1,0 +1,221 @@
+"""Packs, end to end on every setup (SQLite + directory, moto S3, PostgreSQL + SeaweedFS, and
+both behind a real ``pt2reg serve``): every tensor is its own chunk, the small ones are stored in
+pack blobs, a fine-tune that changes a few tiny tensors stores about what changed, a damaged
+pack is caught on pull, gc keeps every pack a version reads from, and a registry server checks
+a pusher's pack index against the packs' bytes and never lends a token another model's packs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.shared import built_once
+
+#: tiny tensors (each under 64 KiB: stored in packs) and one weight of its own
+TINY, CHANGED = 240, (3, 77, 150, 201)
+
+
+def _export(out: Path, bump: tuple[int, ...], big: bool = False) -> None:
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            g = torch.Generator().manual_seed(0)
+            self.ps = torch.nn.ParameterList(
+                torch.nn.Parameter(torch.randn(64 + (i * 37) % 900, generator=g)) for i in range(TINY))
+            self.big = torch.nn.Parameter(torch.randn(320, 1024, generator=g))   # 1.25 MiB
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.big[:, :4] + torch.cat([p.flatten() for p in self.ps]).sum()
+
+    model = Tiny()
+    with torch.no_grad():
+        for i in bump:
+            model.ps[i].add_(1.0)
+        if big:
+            model.big.add_(1.0)
+    # another batch size changes the graph's JSON (its own chunk): ``other`` shares only tiny tensors
+    torch.export.save(torch.export.export(model, (torch.randn(3 if big else 2, 320),)), out)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """``base``: a program of 240 tiny tensors and one 1.25 MiB weight; ``ft``: the same with
+    4 tiny tensors changed (a merged-LoRA-like fine-tune); ``other``: ``ft`` with the big weight
+    changed too, and another graph (it shares only tiny tensors with ``base``)."""
+    def build(out: Path) -> None:
+        from registry.bundler import ProgramInput, build_bundle
+
+        for name, bump, big in (("base", (), False), ("ft", CHANGED, False), ("other", CHANGED, True)):
+            _export(out / f"{name}.pt2", bump, big)
+            build_bundle(out / f"{name}.pt2b", [ProgramInput("model", out / f"{name}.pt2")], metadata={"n": name})
+
+    out = built_once(tmp_path_factory, "tiny-tensors", build)
+    return {name: out / f"{name}.pt2b" for name in ("base", "ft", "other")}
+
+
+def _ok(r) -> dict:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _version(reg_env, ref: str):
+    from registry.refs import Ref
+    from registry.store import SqlMetadataStore
+
+    with SqlMetadataStore(reg_env.db) as meta:
+        return meta.resolve(Ref.parse(ref))
+
+
+def _packs(reg_env, ref: str):
+    from registry.format.packs import PackIndex
+
+    return PackIndex.from_json(_version(reg_env, ref).packs_json)
+
+
+def test_tiny_tensors_are_packed_and_a_fine_tune_stores_what_changed(reg_env, tiny, tmp_path):
+    from registry.format.bundle import BundleFile
+
+    base = _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    chunks = [c for m in BundleFile.open(tiny["base"]).manifest.members for c in m.chunks]
+    assert len(chunks) > TINY                          # every tensor its own chunk
+    index = _packs(reg_env, "tiny@1")
+    assert 1 <= len(index.packs) <= 2                  # ...stored in one or two blobs, not 240
+    assert len(index.locations()) >= TINY
+    assert base["uploaded_bytes"] >= 0.9 * tiny["base"].stat().st_size
+    ft = _ok(reg_env.cli("push", tiny["ft"], "--name", "tiny", "--json"))
+    assert ft["version"] == 2
+    # what a perfect store would add: the 4 changed tensors (< 16 KiB) with their headers, the
+    # central directory (CRCs changed) and the manifest; far below a glue chunk's re-store
+    size = tiny["ft"].stat().st_size
+    assert ft["uploaded_bytes"] < 0.04 * size, ft
+    assert ft["skipped_bytes"] > 0.9 * size
+    ft_index = _packs(reg_env, "tiny@2")
+    assert {p.digest for p in index.packs} <= {p.digest for p in ft_index.packs}  # reused, not copied
+    # both pull back byte for byte, into fresh clients
+    for ref, src in (("tiny@1", tiny["base"]), ("tiny@2", tiny["ft"])):
+        out = tmp_path / f"{ref.replace('@', '-')}.pt2b"
+        _ok(reg_env.cli("pull", ref, "-o", out, "--json", home=tmp_path / f"client-{ref}"))
+        assert out.read_bytes() == src.read_bytes()
+
+
+def test_a_damaged_pack_is_caught_on_pull_and_leaves_nothing(reg_env, tiny, tmp_path):
+    _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    pack = _packs(reg_env, "tiny@1").packs[0].digest
+    reg_env.corrupt_blob(pack)
+    client = tmp_path / "client"
+    out = tmp_path / "out.pt2b"
+    r = reg_env.cli("pull", "tiny@1", "-o", out, home=client)
+    assert r.returncode == 5, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and f"from pack {pack}" in lines[0] and "does not match its digest" in lines[0], r.stderr
+    assert not out.exists()
+    cached = [p for p in (client / "cache").rglob("*") if p.is_file() and "members" in p.parts]
+    assert not cached, cached
+
+
+def test_gc_keeps_every_pack_a_version_reads(reg_env, tiny, tmp_path):
+    _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    _ok(reg_env.cli("push", tiny["ft"], "--name", "tiny", "--json"))
+    orphan = reg_env.put_orphan(b"nobody's pack")
+    packs = {p.digest for ref in ("tiny@1", "tiny@2") for p in _packs(reg_env, ref).packs}
+    r = reg_env.cli("gc", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not reg_env.blob_exists(orphan)
+    assert all(reg_env.blob_exists(p) for p in packs)
+    out = tmp_path / "ft.pt2b"
+    _ok(reg_env.cli("pull", "tiny@2", "-o", out, "--json", home=tmp_path / "client"))
+    assert out.read_bytes() == tiny["ft"].read_bytes()
+
+
+def test_an_old_style_version_is_reused_as_blobs_not_packed_again(reg_env, tiny, tmp_path, monkeypatch):
+    """A version pushed before packs stored its small chunks as blobs: a later push reuses those
+    blobs (direct stores know them) and both versions pull back."""
+    import registry.client.transfer as transfer
+
+    monkeypatch.setattr(transfer, "PACK_BELOW", 1)     # the old layout: every chunk a blob
+    _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    assert not _packs(reg_env, "tiny@1")
+    monkeypatch.undo()
+    ft = _ok(reg_env.cli("push", tiny["ft"], "--name", "tiny", "--json"))
+    assert ft["uploaded_bytes"] < 0.3 * tiny["ft"].stat().st_size, ft
+    for ref, src in (("tiny@1", tiny["base"]), ("tiny@2", tiny["ft"])):
+        out = tmp_path / f"{ref.replace('@', '-')}.pt2b"
+        _ok(reg_env.cli("pull", ref, "-o", out, "--json", home=tmp_path / f"client-{ref}"))
+        assert out.read_bytes() == src.read_bytes()
+    r = reg_env.cli("audit", "--verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture
+def server_env(request, tmp_path):
+    from tests.fixtures_registry import make_env
+
+    return make_env("server", tmp_path, request)
+
+
+def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
+    """A pusher's index is a claim: one that places a chunk where the pack holds other bytes is
+    refused (exit 5, one line) and nothing is recorded, so no later push can reuse it."""
+    import dataclasses
+    import hashlib
+
+    import registry.client.push as push
+    from registry.client.transfer import NewPack
+    from registry.format.packs import Pack, PackEntry, PackIndex
+
+    real = push.plan_upload
+
+    def lying(bundle, meta, blobs):
+        """Upload one more pack, honest about its own bytes (the bundle's first bytes), and
+        claim one tiny tensor's chunk is in it."""
+        plan = real(bundle, meta, blobs)
+        pack = plan.index.packs[0]
+        victim = pack.entries[5]
+        with open(bundle.path, "rb") as f:
+            other = f.read(victim.size)
+        extra = NewPack("sha256:" + hashlib.sha256(other).hexdigest(), victim.size, ((0, victim.size),))
+        index = PackIndex((Pack(pack.digest, pack.size, tuple(e for e in pack.entries if e != victim)),
+                           Pack(extra.digest, extra.size, (PackEntry(victim.chunk, 0, victim.size),)),
+                           *plan.index.packs[1:]))
+        return dataclasses.replace(plan, packs=[*plan.packs, extra], index=index)
+
+    monkeypatch.setattr(push, "plan_upload", lying)
+    r = server_env.cli("push", tiny["base"], "--name", "tiny")
+    assert r.returncode == 5, r.stderr
+    assert "cannot publish tiny: its pack index is wrong" in r.stderr and "nothing was recorded" in r.stderr
+    monkeypatch.undo()
+    assert "tiny" not in server_env.cli("list").stdout
+    assert _ok(server_env.cli("push", tiny["base"], "--name", "tiny", "--json"))["version"] == 1   # the honest push goes through
+
+
+def test_the_server_lends_no_pack_of_a_model_the_token_cannot_read(server_env, tiny, tmp_path):
+    """Team b's push of a bundle sharing all but 4 tiny tensors with team a's model must not be
+    told where a's packs are (its token may not read model a): it stores packs of its own. (A
+    chunk stored as a blob of its own, like the big weight, may not be shared across that line
+    at all: publishing it is refused, see ``_require_readable_blobs``; so b's big weight and
+    graph differ.)"""
+    from tests.services_server import make_token
+
+    _ok(server_env.cli("push", tiny["base"], "--name", "team-a", "--json"))
+    b_token = make_token(server_env.db, "team-b", ["model:team-b:push", "model:team-b:pull"])
+    env_b = dict(server_env.cli_env(tmp_path / "b-home"), PT2REG_TOKEN=b_token)
+    from tests.fixtures_pt2 import run_cli
+
+    r = run_cli("push", tiny["other"], "--name", "team-b", "--json", env=env_b)
+    assert r.returncode == 0, r.stderr
+    a_packs = {p.digest for p in _packs(server_env, "team-a@1").packs}
+    b_packs = {p.digest for p in _packs(server_env, "team-b@1").packs}
+    assert a_packs and b_packs and not a_packs & b_packs
+    out = tmp_path / "b.pt2b"
+    r = run_cli("pull", "team-b@1", "-o", out, env=env_b)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == tiny["other"].read_bytes()
+    # with a token that may read both teams' models, the same push reuses their packs
+    both = make_token(server_env.db, "both", ["model:team-*:push", "model:team-*:pull"])
+    r = run_cli("push", tiny["other"], "--name", "team-c", "--json", env=dict(env_b, PT2REG_TOKEN=both))
+    assert r.returncode == 0, r.stderr
+    assert {p.digest for p in _packs(server_env, "team-c@1").packs} <= a_packs | b_packs
+    assert json.loads(r.stdout)["uploaded_bytes"] < 0.02 * tiny["other"].stat().st_size

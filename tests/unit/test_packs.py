@@ -1,0 +1,176 @@
+"""Pack indexes (``format.packs``) and reading chunks out of packs (``blobs.packed``): the index
+is parsed as hostile input, it may only place the manifest's own chunks, and every chunk read
+from a pack is checked against its own digest before it is written."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from registry.blobs.local import LocalBlobStore
+from registry.blobs.packed import PackedPart, check_packed, get_packed, runs
+from registry.errors import IntegrityError, NotFoundError, UsageError
+from registry.format.manifest import stored_blobs
+from registry.format.packs import ChunkLocation, Pack, PackEntry, PackIndex, stored_with_packs
+
+
+def d(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+CHUNKS = [os.urandom(n) for n in (100, 3000, 1, 70_000, 512)]
+PACK = b"".join(CHUNKS)
+
+
+def _index() -> PackIndex:
+    entries, at = [], 0
+    for c in CHUNKS:
+        entries.append(PackEntry(d(c), at, len(c)))
+        at += len(c)
+    return PackIndex((Pack(d(PACK), len(PACK), tuple(entries)),))
+
+
+def test_index_round_trips_through_canonical_json():
+    index = _index()
+    text = index.to_json()
+    assert PackIndex.from_json(text) == index
+    assert json.loads(text)["packs"][0]["chunks"][1] == [d(CHUNKS[1])[7:], 100, 3000]
+    assert PackIndex.from_json(None) == PackIndex() and not PackIndex.from_json("")
+    loc = index.locations()[d(CHUNKS[3])]
+    assert loc == ChunkLocation(d(PACK), len(PACK), 3101, 70_000)
+    assert PackIndex.from_locations(index.locations()) == index
+
+
+def _raw(**edit) -> str:
+    raw = json.loads(_index().to_json())
+    pack = raw["packs"][0]
+    for key, value in edit.items():
+        if key == "chunk1":
+            pack["chunks"][1] = value
+        else:
+            pack[key] = value
+    return json.dumps(raw)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[]", "not an object"),
+    ("{not json", "not JSON"),
+    ('{"packs": [], "extra": 1}', "not an object"),
+    (_raw(size=0), "not an integer >= 1"),
+    (_raw(size=True), "not an integer"),
+    (_raw(digest="sha256:" + "G" * 64), "is not sha256"),
+    (_raw(chunk1=["ab" * 32, 100]), "is not \\[sha256 hex, offset, size\\]"),
+    (_raw(chunk1=["AB" * 32, 100, 3000]), "not 64 lowercase hex"),
+    (_raw(chunk1=["ab" * 32, -1, 3000]), "offset is -1"),
+    (_raw(chunk1=["ab" * 32, 100, 0]), "size is 0"),
+    (_raw(chunk1=["ab" * 32, len(PACK) - 10, 3000]), "past the pack's"),      # outside the pack
+    (_raw(chunk1=["ab" * 32, 50, 3000]), "overlap"),                            # over chunk 0
+    (_raw(chunk1=[d(CHUNKS[0])[7:], 100, 3000]), "listed twice"),
+])
+def test_a_malformed_index_is_refused_with_the_problem_named(text, problem):
+    with pytest.raises(UsageError, match=problem):
+        PackIndex.from_json(text)
+
+
+def test_two_packs_with_one_digest_are_refused():
+    raw = json.loads(_index().to_json())
+    twin = {**raw["packs"][0], "chunks": []}
+    with pytest.raises(UsageError, match="a pack is listed twice"):
+        PackIndex.from_json(json.dumps({"packs": [raw["packs"][0], twin]}))
+
+
+def test_stored_blobs_replace_packed_chunks_by_their_pack():
+    needed = {(d(c), len(c)) for c in CHUNKS} | {("sha256:" + "ee" * 32, 5 << 20)}
+    stored = stored_with_packs(needed, _index())
+    assert stored == {(d(PACK), len(PACK)), ("sha256:" + "ee" * 32, 5 << 20)}
+    # an index may only say where the manifest's own chunks are, at their size
+    with pytest.raises(UsageError, match="not one the manifest names"):
+        stored_with_packs(needed - {(d(CHUNKS[2]), 1)}, _index())
+    with pytest.raises(UsageError, match="not one the manifest names"):
+        stored_with_packs((needed - {(d(CHUNKS[2]), 1)}) | {(d(CHUNKS[2]), 2)}, _index())
+
+
+def test_manifest_stored_blobs_with_an_index():
+    member = {"path": "programs/m.pt2", "size": len(PACK) + 5, "role": "program",
+              "chunks": [{"sha256": d(c)[7:], "size": len(c)} for c in CHUNKS] + [{"sha256": "ee" * 32, "size": 5}]}
+    text = json.dumps({"members": [member]})
+    plain = stored_blobs(text)
+    assert (d(CHUNKS[0]), 100) in plain
+    packed = stored_blobs(text, _index().to_json())
+    assert (d(PACK), len(PACK)) in packed and (d(CHUNKS[0]), 100) not in packed
+    assert ("sha256:" + "ee" * 32, 5) in packed
+    with pytest.raises(IntegrityError, match="pack index does not fit"):
+        stored_blobs(json.dumps({"members": []}), _index().to_json())
+
+
+def test_runs_coalesce_neighbours_of_one_pack_and_stay_bounded():
+    P = lambda pack, at, n=10: PackedPart("sha256:" + "0" * 64, 0, n, pack, at)  # noqa: E731
+    parts = [P("b", 0), P("a", 10), P("a", 0), P("a", 5000), P("a", 20)]
+    assert runs(parts, gap=100) == [[2, 1, 4], [3], [0]]
+    assert runs(parts, gap=10_000) == [[2, 1, 4, 3], [0]]
+    # no run longer than max_bytes, whatever the gap
+    big = [P("a", i * 100, 100) for i in range(50)]
+    assert all(len(r) <= 10 for r in runs(big, max_bytes=1000))
+    assert sorted(i for r in runs(big, max_bytes=1000) for i in r) == list(range(50))
+    # the same chunk twice (a member repeating a tensor) is read once per run, written twice
+    assert runs([P("a", 0), P("a", 0)]) == [[0, 1]]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = LocalBlobStore(tmp_path / "store")
+    s.put_bytes(PACK, d(PACK))
+    return s
+
+
+def _parts(dest_gap: int = 0) -> list[PackedPart]:
+    out, at, dest = [], 0, 0
+    for c in CHUNKS:
+        out.append(PackedPart(d(c), dest, len(c), d(PACK), at))
+        at += len(c)
+        dest += len(c) + dest_gap
+    return out
+
+
+@pytest.mark.parametrize("dest_gap", [0, 7])
+def test_get_packed_writes_every_chunk_in_place(tmp_path, store, dest_gap):
+    parts = _parts(dest_gap)
+    fd = os.open(tmp_path / "out", os.O_RDWR | os.O_CREAT)
+    done, seen = [], []
+    try:
+        get_packed(store, fd, parts, progress=seen.append, on_done=done.append)
+    finally:
+        os.close(fd)
+    out = (tmp_path / "out").read_bytes()
+    for p, c in zip(parts, CHUNKS):
+        assert out[p.offset:p.offset + p.size] == c
+    assert sorted(done) == list(range(len(parts))) and sum(seen) == len(PACK)
+
+
+def test_a_corrupt_pack_fails_the_chunk_it_damaged(tmp_path, store):
+    path = store._path(d(PACK))
+    os.chmod(path, 0o644)
+    raw = bytearray(path.read_bytes())
+    raw[100 + 3000 + 1 + 10] ^= 0xFF          # inside chunk 3
+    path.write_bytes(bytes(raw))
+    fd = os.open(tmp_path / "out", os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(IntegrityError, match=f"chunk {d(CHUNKS[3])} read from pack {d(PACK)} at offset 3101"):
+            get_packed(store, fd, _parts())
+    finally:
+        os.close(fd)
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        check_packed(store, _parts()[3:4])
+    check_packed(store, _parts()[:3])     # the chunks before it are intact
+
+
+def test_an_index_pointing_a_chunk_elsewhere_is_caught(store):
+    lying = [PackedPart(d(CHUNKS[1]), 0, 3000, d(PACK), 0)]    # chunk 1 is not at offset 0
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        check_packed(store, lying)
+    with pytest.raises(IntegrityError, match="too short"):
+        check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, d(PACK), len(PACK) - 10)])
+    with pytest.raises(NotFoundError):
+        check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, "sha256:" + "ab" * 32, 0)])
