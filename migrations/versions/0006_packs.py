@@ -41,8 +41,14 @@ def upgrade() -> None:
         sa.Column("pack_size", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("chunk_digest", "pack_digest", name=op.f("pk_pack_chunks")),
     )
+    op.create_index(op.f("ix_pack_chunks_pack_digest"), "pack_chunks", ["pack_digest"])
 
 
 def downgrade() -> None:
+    # a version with a pack index cannot be pulled without it: refuse rather than lose it
+    if op.get_bind().execute(sa.text("SELECT COUNT(*) FROM version_packs")).scalar():
+        raise RuntimeError("cannot downgrade below 0006_packs: versions were pushed with packs, and without "
+                           "their pack indexes their small tensors could not be pulled")
+    op.drop_index(op.f("ix_pack_chunks_pack_digest"), table_name="pack_chunks")
     op.drop_table("pack_chunks")
     op.drop_table("version_packs")

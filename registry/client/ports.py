@@ -149,9 +149,11 @@ class MetadataStore(Protocol):
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         """``digest -> names of the models whose versions reference it`` (unreferenced: absent)."""
 
-    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
-        """Where each of ``digests`` is stored inside a pack some version references (absent:
-        in none; a server answers only for packs the caller may read)."""
+    def locate_chunks(self, digests: Sequence[str], *, name: str) -> dict[str, ChunkLocation] | None:
+        """Where each of ``digests`` is stored inside a pack a version of model ``name``
+        references (absent: in none). None: this store keeps no packs (a server older than
+        packs); a push then stores every chunk as a blob of its own. Optional: a store without
+        this method is treated the same way."""
 
     def recorded_blobs(self, digests: Sequence[str]) -> set[str] | None:
         """Which of ``digests`` some version records, or None when this store cannot say (a

@@ -100,7 +100,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # torch will only ever read what the loader can vet. A member skipped on a verdict is
     # covered by the chunk verification of upload_plan below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
-    plan = plan_upload(bundle, meta, blobs)  # hashes the chunks that go into packs
+    plan = plan_upload(bundle, meta, blobs, name)  # hashes the chunks that go into packs
     stored = plan.blobs()
     digests = {d for d, _ in stored}
     pending = meta.begin_pending(sorted(digests | {manifest.digest}),
@@ -125,7 +125,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                 aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
                 lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
                 environment=environment, claim=pending, missing_blobs=missing_blobs,
-                packs_json=plan.index.to_json() if plan.index else None)
+                **({"packs_json": plan.index.to_json()} if plan.index else {}))
     finally:
         meta.end_pending(pending)
     warnings = () if created else (f"identical content is already {version.name}@{version.number}; "

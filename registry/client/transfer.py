@@ -46,24 +46,11 @@ from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run
 from ..sources import BlobCache
 from .ports import MetadataStore
 
-__all__ = ["bundle_parts", "UploadPlan", "plan_upload", "upload_plan", "assemble_member", "fetch_members",
+__all__ = ["UploadPlan", "plan_upload", "upload_plan", "assemble_member", "fetch_members",
            "fetch_members_deferred", "DeferredMembers", "member_parts", "fetch_parts"]
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
 AnyPart = Union[Part, PackedPart]
-
-
-def bundle_parts(bundle: BundleFile) -> list[Part]:
-    """Every chunk and unchunked member of a bundle, where it sits in the bundle file: one
-    part per chunk of a chunked member, one per other member."""
-    parts = []
-    for m in bundle.manifest.members:
-        offset, _size = bundle.member_span(m.path)
-        if m.chunks:
-            parts.extend(Part("sha256:" + sha, offset + at, size) for sha, at, size in m.chunk_spans())
-        else:
-            parts.append(Part(m.digest, offset, m.size))
-    return parts
 
 
 @dataclass(frozen=True)
@@ -91,26 +78,34 @@ class UploadPlan:
         return sorted({(p.digest, p.size) for p in self.whole} | self.index.blobs())
 
 
-def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore) -> UploadPlan:
+def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name: str) -> UploadPlan:
     """Decide where each chunk of ``bundle`` is stored, and hash every chunk that goes into a
     pack or is reused from one (``IntegrityError``, exit 5, when the bundle file's bytes do not
     match a chunk's digest): chunks of ``PACK_BELOW`` bytes or more, unchunked members, and small
     chunks an older version stored as blobs of their own stay ``whole`` (``put_parts`` hashes
-    those); other small chunks are reused from a pack some version already references (when the
-    pack is still stored) or concatenated, in bundle order, into new packs of up to
-    ``PACK_BYTES``."""
-    chunked = {"sha256:" + sha for m in bundle.manifest.members for sha, _n in m.chunks}
+    those); other small chunks are reused from a pack a version of model ``name`` already
+    references (when the pack is still stored) or concatenated, in bundle order, into new packs
+    of up to ``PACK_BYTES``. A metadata store that keeps no packs (no ``locate_chunks``, or a
+    server older than packs) gets every chunk as a blob of its own."""
     whole, small, seen = [], [], set()
-    for part in bundle_parts(bundle):
-        if part.size < PACK_BELOW and part.digest in chunked:
-            if part.digest not in seen:
+    for m in bundle.manifest.members:
+        offset, _size = bundle.member_span(m.path)
+        if not m.chunks:
+            whole.append(Part(m.digest, offset, m.size))
+            continue
+        for sha, at, size in m.chunk_spans():
+            part = Part("sha256:" + sha, offset + at, size)
+            if size >= PACK_BELOW:
+                whole.append(part)
+            elif part.digest not in seen:
                 seen.add(part.digest)
                 small.append(part)
-        else:
-            whole.append(part)
-    if not small:
-        return UploadPlan(whole, [], PackIndex(), 0)
-    located = meta.locate_chunks([p.digest for p in small])
+    locate = getattr(meta, "locate_chunks", None)
+    located = locate([p.digest for p in small], name=name) if small and locate is not None else None
+    if located is None:
+        return UploadPlan(whole + small, [], PackIndex(), 0)
+    sizes = {p.digest: p.size for p in small}
+    located = {d: loc for d, loc in located.items() if loc.size == sizes.get(d)}
     packs = sorted({loc.pack for loc in located.values()})
     gone = {d for d, ok in zip(packs, run_parallel(blobs.exists, packs, 8) if packs else []) if not ok}
     located = {d: loc for d, loc in located.items() if loc.pack not in gone}

@@ -152,33 +152,36 @@ def validate_raw(raw: Any) -> list[str]:
     return problems
 
 
-def stored_blobs(manifest_json: str, packs_json: str | None = None) -> set[tuple[str, int]]:
+def stored_blobs(manifest_json: str, packs: PackIndex | str | None = None) -> set[tuple[str, int]]:
     """Every blob (digest, size) a version stored as a manifest's text: one per chunk of a
     chunked member, one per other member, and the manifest itself; with the version's pack
-    index (``format.packs``), each chunk it places in a pack is replaced by that pack. Cheap (no
-    schema check): gc and the audit derive what a version needs from its manifest, not only
-    from the ``version_blobs`` rows, so deleting those rows cannot make gc drop a live version's
-    data. ``ManifestError`` (an ``IntegrityError``) when either text is unreadable."""
+    index (``format.packs``, parsed or its JSON text), each chunk it places in a pack is
+    replaced by that pack. Cheap (no schema check): gc and the audit derive what a version
+    needs from its manifest, not only from the ``version_blobs`` rows, so deleting those rows
+    cannot make gc drop a live version's data. ``ManifestError`` (an ``IntegrityError``) when
+    the manifest is unreadable or a stored index does not fit it; ``UsageError`` when a parsed
+    ``PackIndex`` does not (the server's check of a pushed one)."""
     data = manifest_json.encode("utf-8")
-    out = {(digest_of_bytes(data), len(data))}
+    whole = {(digest_of_bytes(data), len(data))}
+    chunks: set[tuple[str, int]] = set()
     try:
         raw = json.loads(manifest_json)
         members = raw.get("members", []) if isinstance(raw, dict) else []
         for m in members:
             if m.get("chunks"):
-                out.update((f"sha256:{c['sha256']}", int(c["size"])) for c in m["chunks"])
+                chunks.update((f"sha256:{c['sha256']}", int(c["size"])) for c in m["chunks"])
             else:
-                out.add((f"sha256:{m['sha256']}", int(m["size"])))  # unchunked: stored whole
+                whole.add((f"sha256:{m['sha256']}", int(m["size"])))  # unchunked: stored whole
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ManifestError(f"a stored manifest is unreadable ({exc})",
                             hint="the metadata database was altered") from exc
-    if packs_json:
-        try:
-            out = stored_with_packs(out, PackIndex.from_json(packs_json))
-        except UsageError as exc:
-            raise ManifestError(f"a stored pack index does not fit its manifest: {exc.message}",
-                                hint="the metadata database was altered") from exc
-    return out
+    if isinstance(packs, PackIndex):
+        return stored_with_packs(chunks, packs, whole=whole)
+    try:
+        return stored_with_packs(chunks, PackIndex.from_json(packs), whole=whole)
+    except UsageError as exc:
+        raise ManifestError(f"a stored pack index does not fit its manifest: {exc.message}",
+                            hint="the metadata database was altered") from exc
 
 
 def _no_constant(name: str) -> Any:

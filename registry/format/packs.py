@@ -35,7 +35,7 @@ from ..refs import validate_digest
 from .chunking import MIN_CHUNK
 
 __all__ = ["PACK_BELOW", "PACK_BYTES", "MAX_PACK_ENTRIES", "PackEntry", "Pack", "PackIndex", "ChunkLocation",
-           "stored_with_packs"]
+           "stored_with_packs", "pack_blobs"]
 
 #: chunks smaller than this are stored in packs (the tensors ``format.chunking`` used to coalesce)
 PACK_BELOW = MIN_CHUNK
@@ -119,7 +119,8 @@ class PackIndex:
     @classmethod
     def from_json(cls, text: str | None) -> "PackIndex":
         """Parse and check an index (``UsageError`` naming the first problem): digests well formed,
-        every entry inside its pack, no two entries of a pack overlapping, each chunk listed once."""
+        no pack over ``PACK_BYTES`` or without entries, every entry under ``PACK_BELOW`` bytes and
+        inside its pack, no two entries of a pack overlapping, each chunk listed once."""
         if not text:
             return cls()
         try:
@@ -139,6 +140,9 @@ class PackIndex:
             if digest is None:
                 raise _bad(f"packs/{i}/digest {p['digest']!r} is not sha256:<64 hex>")
             size = _int(p["size"], f"packs/{i}/size", 1)
+            if size > PACK_BYTES or not p["chunks"]:
+                raise _bad(f"packs/{i} has {size} bytes and {len(p['chunks'])} chunks (a pack holds 1 chunk or "
+                           f"more, {PACK_BYTES} bytes at most)")
             count += len(p["chunks"])
             if count > MAX_PACK_ENTRIES:
                 raise _bad(f"more than {MAX_PACK_ENTRIES} chunks")
@@ -152,6 +156,8 @@ class PackIndex:
                 except UsageError:
                     raise _bad(f"{where}: {c[0]!r} is not 64 lowercase hex digits") from None
                 offset, n = _int(c[1], f"{where} offset", 0), _int(c[2], f"{where} size", 1)
+                if n >= PACK_BELOW:
+                    raise _bad(f"{where} has {n} bytes: only chunks under {PACK_BELOW} bytes are packed")
                 if offset + n > size:
                     raise _bad(f"{where} ends at byte {offset + n}, past the pack's {size} bytes")
                 if chunk in seen:
@@ -168,12 +174,15 @@ class PackIndex:
         return cls(tuple(packs))
 
 
-def stored_with_packs(needed: Iterable[tuple[str, int]], index: PackIndex) -> set[tuple[str, int]]:
-    """The blobs a version stores: the manifest's ``needed`` (digest, size) with each chunk the
-    index places in a pack replaced by that pack. ``UsageError`` when the index lists a chunk
-    the manifest does not name at that size (an index may only say where the version's own
-    chunks are)."""
-    out = set(needed)
+def stored_with_packs(chunks: Iterable[tuple[str, int]], index: PackIndex, *,
+                      whole: Iterable[tuple[str, int]] = ()) -> set[tuple[str, int]]:
+    """The blobs a version stores: its ``whole`` blobs (unchunked members, the manifest) and
+    its ``chunks`` (digest, size), each chunk the index places in a pack replaced by that pack
+    (a chunk whose bytes are also a whole member stays a blob: the member is fetched as one).
+    ``UsageError`` when the index lists something that is not a chunk of the manifest at that
+    size (an index may only say where the version's own chunks are)."""
+    whole = set(whole)
+    out = set(chunks)
     sizes = dict(out)
     for p in index.packs:
         for e in p.entries:
@@ -181,4 +190,15 @@ def stored_with_packs(needed: Iterable[tuple[str, int]], index: PackIndex) -> se
                 raise _bad(f"chunk {e.chunk} ({e.size} bytes) is not one the manifest names at that size")
             out.discard((e.chunk, e.size))
         out.add((p.digest, p.size))
-    return out
+    return out | whole
+
+
+def pack_blobs(text: str | None) -> set[tuple[str, int]]:
+    """(digest, size) of the packs a stored index names, read without checking its entries (gc
+    under its lock reads every version's index; ``PackIndex.from_json`` checks them)."""
+    if not text:
+        return set()
+    try:
+        return {(str(p["digest"]), int(p["size"])) for p in json.loads(text)["packs"]}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise _bad(f"unreadable ({exc})") from None

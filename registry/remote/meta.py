@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Ty
 
 from ..access.policy import AliasPolicy
 from ..access.scopes import Identity, parse_scope
-from ..errors import UsageError
+from ..errors import NotFoundError, UsageError
 from ..format.packs import ChunkLocation
 from ..refs import validate_digest
 from ..store.audit_chain import ChainVerdict
@@ -39,7 +39,7 @@ T = TypeVar("T")
 #: what a remote client is told when it asks for work only the server does
 SERVER_SIDE_HINT = "gc runs on the server: run `pt2reg gc` with an admin token"
 
-#: chunk digests per locate request (the server takes up to its batch limit, 10,000 by default)
+#: chunk digests per locate request (~0.4 MB of JSON, under the server's 1 MiB body limit)
 LOCATE_BATCH = 5000
 
 
@@ -200,12 +200,19 @@ class HttpMetadataStore:
     def pullable_blob_models(self, digests: Sequence[str]) -> dict[str, set[str]]:
         raise UsageError("a remote client cannot map blobs to models", hint="the server checks blob access itself")
 
-    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
-        """The server's ``locate_chunks``, for packs of models this token may read, in batches."""
+    def locate_chunks(self, digests: Sequence[str], *, name: str) -> dict[str, ChunkLocation] | None:
+        """The server's ``locate_chunks`` for model ``name``, in batches; None from a server that
+        predates packs (no such route): the push then stores every chunk as a blob of its own."""
         found: dict[str, ChunkLocation] = {}
         wanted = sorted(set(digests))
         for start in range(0, len(wanted), LOCATE_BATCH):
-            answer = self.client.post_json("/v1/chunks/locate", {"digests": wanted[start:start + LOCATE_BATCH]})
+            try:
+                answer = self.client.post_json("/v1/chunks/locate",
+                                               {"name": name, "digests": wanted[start:start + LOCATE_BATCH]})
+            except NotFoundError as exc:
+                if exc.message.startswith("no such route"):  # a server older than packs
+                    return None
+                raise
             items = _field(answer, "locations")
             if not isinstance(items, dict):
                 raise _malformed("chunk locations")

@@ -21,7 +21,7 @@ from ..digests import digest_of_bytes
 from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
 from ..blobs.packed import PackedPart, check_packed
 from ..format.manifest import stored_blobs
-from ..format.packs import ChunkLocation, PackIndex, stored_with_packs
+from ..format.packs import PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
 from ..store.migrate import HEAD_REVISION, ensure_schema
@@ -247,9 +247,9 @@ def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
     never points a chunk at bytes that are not it (a later push reuses recorded entries)."""
     if not index:
         return
-    known = state.meta.locate_chunks([e.chunk for p in index.packs for e in p.entries])
+    known = state.meta.recorded_pack_entries([p.digest for p in index.packs])
     todo = [PackedPart(e.chunk, 0, e.size, p.digest, e.offset) for p in index.packs for e in p.entries
-            if known.get(e.chunk) != ChunkLocation(p.digest, p.size, e.offset, e.size)]
+            if (e.chunk, p.digest, e.offset, e.size) not in known]
     try:
         check_packed(state.blobs, todo)
     except NotFoundError as exc:
@@ -271,7 +271,7 @@ def _manifest_blobs(name: str, digest: str, manifest_json: str,
         raise IntegrityError(f"cannot publish {name}: its manifest does not hash to {digest}",
                              hint="send the manifest's canonical JSON text unchanged")
     try:
-        needed = dict(stored_with_packs(stored_blobs(manifest_json), index))
+        needed = dict(stored_blobs(manifest_json, index))  # UsageError (400): an index that does not fit
     except IntegrityError:
         raise IntegrityError(f"cannot publish {name}: its manifest is not a JSON object listing "
                              f"members with sha256 and size",
@@ -282,14 +282,6 @@ def _manifest_blobs(name: str, digest: str, manifest_json: str,
                              f"manifest names at that size",
                              hint="list the manifest's blobs as [digest, size]")
     return sorted(needed.items())
-
-
-def _readable_blobs(state: ServerState, call: Call, digests: list[str]) -> set[str]:
-    """The ``digests`` some version of a model the token may pull or push references."""
-    who = call.who
-    owners = state.meta.pullable_blob_models(digests)
-    return {d for d in digests if d in owners and (who.allows(ADMIN) or any(
-        who.allows("pull", m) or who.allows("push", m) for m in owners[d]))}
 
 
 def _require_readable_blobs(state: ServerState, call: Call, name: str, digests: list[str]) -> None:
@@ -505,16 +497,15 @@ def upload_blobs(request: Request,
 
 @router.post("/v1/chunks/locate", tags=["blobs"],
              openapi_extra=json_body_doc(digests="array", name="string"))
-def locate_chunks(request: Request,
-                  call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
-    """Where each chunk is stored inside a pack (``[pack, pack size, offset, size]``), for a
-    push that would otherwise store it again; only packs of models the token may read."""
+def locate_chunks(request: Request, call: Call = on_model("push", "body:name")) -> dict[str, Any]:
+    """Where each chunk is stored inside a pack (``[pack, pack size, offset, size]``) of the
+    model ``name`` a push is pushing to (the token may push to it), for a push that would
+    otherwise store the chunk again. Only that model's packs (see ``locate_chunks``)."""
     state = server_state(request)
+    name = validate_name(fields.text(call.body, "name"))
     digests = [validate_digest(d) for d in fields.items(call.body, "digests", limit=state.limits.batch_items)]
-    found = state.meta.locate_chunks(digests)
-    readable = _readable_blobs(state, call, sorted({loc.pack for loc in found.values()}))
-    return {"locations": {c: [loc.pack, loc.pack_size, loc.offset, loc.size]
-                          for c, loc in found.items() if loc.pack in readable}}
+    found = state.meta.locate_chunks(digests, name=name)
+    return {"locations": {c: [loc.pack, loc.pack_size, loc.offset, loc.size] for c, loc in found.items()}}
 
 
 @router.post("/v1/blobs/download", tags=["blobs"],

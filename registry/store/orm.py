@@ -169,6 +169,8 @@ class PackChunkRow(Base):
     from the versions' ``packs_json``; a row counts only while a version references its pack."""
 
     __tablename__ = "pack_chunks"
+    # publish reads a pack's recorded entries; the primary key serves lookups by chunk
+    __table_args__ = (Index(None, "pack_digest"),)
 
     chunk_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
     pack_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)

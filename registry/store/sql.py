@@ -34,7 +34,7 @@ from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
                       SignatureError, UsageError)
 from ..format.manifest import stored_blobs
-from ..format.packs import ChunkLocation, PackIndex
+from ..format.packs import ChunkLocation, PackIndex, pack_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..access.scopes import Identity, parse_scope
 from ..access.policy import (ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement,
@@ -678,7 +678,8 @@ class SqlMetadataStore:
             for text_, packs_ in s.execute(select(VersionRow.manifest_json, VersionPackRow.packs_json)
                                            .outerjoin(VersionPackRow, VersionPackRow.version_id == VersionRow.id)
                                            .execution_options(yield_per=1000)):
-                referenced.update(d for d, _ in stored_blobs(text_, packs_))
+                referenced.update(d for d, _ in stored_blobs(text_))
+                referenced.update(d for d, _ in pack_blobs(packs_))  # its packs (not every entry re-checked)
             done = []
             for digest, size in wanted:
                 if digest in live or digest in referenced:
@@ -1025,18 +1026,25 @@ class SqlMetadataStore:
 
         return self._read(work)
 
-    def locate_chunks(self, digests: Sequence[str]) -> dict[str, ChunkLocation]:
-        """Where each of ``digests`` is stored inside a pack some version references (a push
-        reuses it instead of storing it again); chunks found in no such pack are absent.
+    def locate_chunks(self, digests: Sequence[str], *, name: str) -> dict[str, ChunkLocation]:
+        """Where each of ``digests`` is stored inside a pack a version of model ``name``
+        references (a push to it reuses the chunk instead of storing it again); chunks found in
+        no such pack are absent. Only the model's own packs: a version's packs become readable
+        by whoever may read the version, so a pack of another model, holding that model's other
+        tensors too, is never lent (large chunks, blobs of their own, still dedup across models).
 
-            >>> store.locate_chunks(["sha256:abab..."])["sha256:abab..."].pack
+            >>> store.locate_chunks(["sha256:abab..."], name="bert")["sha256:abab..."].pack
             'sha256:cdcd...'
         """
+        validate_name(name)
         wanted = sorted({validate_digest(d) for d in digests})
 
         def work(s: Session) -> dict[str, ChunkLocation]:
             found: dict[str, ChunkLocation] = {}
-            live = select(VersionBlobRow.blob_digest).where(VersionBlobRow.blob_digest == PackChunkRow.pack_digest)
+            live = (select(VersionBlobRow.blob_digest)
+                    .join(VersionRow, VersionRow.id == VersionBlobRow.version_id)
+                    .join(ModelRow, ModelRow.id == VersionRow.model_id)
+                    .where(VersionBlobRow.blob_digest == PackChunkRow.pack_digest, ModelRow.name == name))
             for start in range(0, len(wanted), 500):
                 rows = s.execute(select(PackChunkRow).where(PackChunkRow.chunk_digest.in_(wanted[start:start + 500]),
                                                             live.exists())
@@ -1045,6 +1053,21 @@ class SqlMetadataStore:
                     found.setdefault(row.chunk_digest, ChunkLocation(row.pack_digest, row.pack_size,
                                                                      row.offset, row.size))
             return found
+
+        return self._read(work)
+
+    def recorded_pack_entries(self, packs: Sequence[str]) -> set[tuple[str, str, int, int]]:
+        """``(chunk, pack, offset, size)`` of every recorded entry of ``packs`` (a server checks
+        only the entries of a pushed index it has not recorded before)."""
+        wanted = sorted({validate_digest(d) for d in packs})
+
+        def work(s: Session) -> set[tuple[str, str, int, int]]:
+            out: set[tuple[str, str, int, int]] = set()
+            for start in range(0, len(wanted), 500):
+                out.update((c, p, o, n) for c, p, o, n in s.execute(
+                    select(PackChunkRow.chunk_digest, PackChunkRow.pack_digest, PackChunkRow.offset, PackChunkRow.size)
+                    .where(PackChunkRow.pack_digest.in_(wanted[start:start + 500]))))
+            return out
 
         return self._read(work)
 

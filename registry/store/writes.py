@@ -139,7 +139,7 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
     if packs:
         session.add(VersionPackRow(version_id=row.id, packs_json=packs.to_json()))
     for pack in packs.packs:
-        known = set(session.scalars(select(PackChunkRow.chunk_digest).where(PackChunkRow.pack_digest == pack.digest)))
+        known = set(session.scalars(select(PackChunkRow.chunk_digest).where(PackChunkRow.pack_digest == pack.digest)))  # indexed
         rows = [{"chunk_digest": e.chunk, "pack_digest": pack.digest, "offset": e.offset, "size": e.size,
                  "pack_size": pack.size} for e in pack.entries if e.chunk not in known]
         if rows:  # one executemany: a pack of 10,000 tiny tensors is 10,000 rows

@@ -20,7 +20,7 @@ def d(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-CHUNKS = [os.urandom(n) for n in (100, 3000, 1, 70_000, 512)]
+CHUNKS = [os.urandom(n) for n in (100, 3000, 1, 7_000, 512)]
 PACK = b"".join(CHUNKS)
 
 
@@ -39,7 +39,7 @@ def test_index_round_trips_through_canonical_json():
     assert json.loads(text)["packs"][0]["chunks"][1] == [d(CHUNKS[1])[7:], 100, 3000]
     assert PackIndex.from_json(None) == PackIndex() and not PackIndex.from_json("")
     loc = index.locations()[d(CHUNKS[3])]
-    assert loc == ChunkLocation(d(PACK), len(PACK), 3101, 70_000)
+    assert loc == ChunkLocation(d(PACK), len(PACK), 3101, 7_000)
     assert PackIndex.from_locations(index.locations()) == index
 
 
@@ -68,6 +68,9 @@ def _raw(**edit) -> str:
     (_raw(chunk1=["ab" * 32, len(PACK) - 10, 3000]), "past the pack's"),      # outside the pack
     (_raw(chunk1=["ab" * 32, 50, 3000]), "overlap"),                            # over chunk 0
     (_raw(chunk1=[d(CHUNKS[0])[7:], 100, 3000]), "listed twice"),
+    (_raw(chunk1=["ab" * 32, 100, 65536]), "only chunks under 65536 bytes are packed"),
+    (_raw(size=(64 << 20) + 1), "67108864 bytes at most"),
+    (_raw(chunks=[]), "1 chunk or more"),
 ])
 def test_a_malformed_index_is_refused_with_the_problem_named(text, problem):
     with pytest.raises(UsageError, match=problem):
@@ -76,7 +79,7 @@ def test_a_malformed_index_is_refused_with_the_problem_named(text, problem):
 
 def test_two_packs_with_one_digest_are_refused():
     raw = json.loads(_index().to_json())
-    twin = {**raw["packs"][0], "chunks": []}
+    twin = {**raw["packs"][0], "chunks": [["cd" * 32, 0, 10]]}
     with pytest.raises(UsageError, match="a pack is listed twice"):
         PackIndex.from_json(json.dumps({"packs": [raw["packs"][0], twin]}))
 
@@ -90,6 +93,17 @@ def test_stored_blobs_replace_packed_chunks_by_their_pack():
         stored_with_packs(needed - {(d(CHUNKS[2]), 1)}, _index())
     with pytest.raises(UsageError, match="not one the manifest names"):
         stored_with_packs((needed - {(d(CHUNKS[2]), 1)}) | {(d(CHUNKS[2]), 2)}, _index())
+
+
+def test_a_whole_member_equal_to_a_packed_chunk_stays_a_blob():
+    """A sample member whose bytes equal a packed chunk is still fetched as one blob: it must
+    stay among the version's blobs (else nothing uploads or keeps it)."""
+    member = {"path": "programs/m.pt2", "size": len(PACK), "role": "program",
+              "chunks": [{"sha256": d(c)[7:], "size": len(c)} for c in CHUNKS]}
+    sample = {"path": "samples/s.pt", "size": 100, "role": "sample", "sha256": d(CHUNKS[0])[7:]}
+    stored = stored_blobs(json.dumps({"members": [member, sample]}), _index())
+    assert (d(CHUNKS[0]), 100) in stored and (d(PACK), len(PACK)) in stored
+    assert (d(CHUNKS[1]), 3000) not in stored
 
 
 def test_manifest_stored_blobs_with_an_index():
@@ -174,3 +188,35 @@ def test_an_index_pointing_a_chunk_elsewhere_is_caught(store):
         check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, d(PACK), len(PACK) - 10)])
     with pytest.raises(NotFoundError):
         check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, "sha256:" + "ab" * 32, 0)])
+
+
+def test_a_server_older_than_packs_means_no_packs(tmp_path):
+    """Its answer to the unknown route is a 404 "no such route": the push then stores every
+    chunk as a blob of its own (an older server refuses pack digests at publish)."""
+    from types import SimpleNamespace
+
+    from registry.client.transfer import plan_upload
+    from registry.format.manifest import Member
+    from registry.remote.meta import HttpMetadataStore
+
+    def post_json(path, body):
+        raise NotFoundError(f"no such route: POST {path}", what="route")
+
+    meta = HttpMetadataStore(SimpleNamespace(post_json=post_json, base_url="http://old"))
+    assert meta.locate_chunks(["sha256:" + "ab" * 32], name="m") is None
+    path = tmp_path / "b.pt2b"
+    path.write_bytes(PACK)
+    member = Member("programs/m.pt2", None, len(PACK), "program", tuple((d(c)[7:], len(c)) for c in CHUNKS))
+    bundle = SimpleNamespace(path=path, manifest=SimpleNamespace(members=[member]),
+                             member_span=lambda _p: (0, len(PACK)))
+    plan = plan_upload(bundle, meta, LocalBlobStore(tmp_path / "store"), "m")
+    assert not plan.index and not plan.packs and {p.digest for p in plan.whole} == {d(c) for c in CHUNKS}
+    # a metadata store without locate_chunks at all (another implementation) is the same
+    assert not plan_upload(bundle, SimpleNamespace(), LocalBlobStore(tmp_path / "store"), "m").index
+
+    def missing_model(path, body):
+        raise NotFoundError("model 'm' not found", what="model")
+
+    with pytest.raises(NotFoundError, match="model 'm'"):      # any other 404 is an error
+        HttpMetadataStore(SimpleNamespace(post_json=missing_model, base_url="x")).locate_chunks(["sha256:" + "ab" * 32],
+                                                                                              name="m")

@@ -123,7 +123,7 @@ def _chunked(tmp_path: Path, *, chunk_shas: list[str] | None = None):
 class _Empty:
     """A metadata store with no versions: no chunk is in a pack yet, no blob is recorded."""
 
-    def locate_chunks(self, digests):
+    def locate_chunks(self, digests, *, name):
         return {}
 
     def recorded_blobs(self, digests):
@@ -132,12 +132,12 @@ class _Empty:
 
 def upload_bundle(bundle, store, progress):
     """A push's upload of ``bundle`` into an empty registry: (uploaded, skipped)."""
-    return upload_plan(bundle, plan_upload(bundle, _Empty(), store), store, progress)
+    return upload_plan(bundle, plan_upload(bundle, _Empty(), store, "m"), store, progress)
 
 
 def located(bundle, store):
     """Where the push put the small chunks (the version's pack index)."""
-    return plan_upload(bundle, _Empty(), store).index.locations()
+    return plan_upload(bundle, _Empty(), store, "m").index.locations()
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
