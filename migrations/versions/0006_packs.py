@@ -1,4 +1,4 @@
-"""Packs: each version's pack index, and the chunks each pack holds.
+"""Packs: each version's pack index.
 
 Revision ID: 0006_packs
 Revises: 0005_webhooks
@@ -6,8 +6,8 @@ Create Date: 2026-11-24
 
 ``version_packs`` holds a version's pack index (``registry.format.packs``): for each pack blob
 it reads chunks from, the pack's digest and size and where each chunk lies in it (no row: every
-chunk is a blob of its own, as for every version pushed before packs). ``pack_chunks`` is the
-same information by chunk: what a push looks up to reuse a chunk another version stored.
+chunk is a blob of its own, as for every version pushed before packs). A push to a model looks
+up its chunks in the indexes of the model's latest versions.
 """
 from __future__ import annotations
 
@@ -32,16 +32,6 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["version_id"], ["versions.id"], name=op.f("fk_version_packs_version_id_versions")),
         sa.PrimaryKeyConstraint("version_id", name=op.f("pk_version_packs")),
     )
-    op.create_table(
-        "pack_chunks",
-        sa.Column("chunk_digest", DIGEST, nullable=False),
-        sa.Column("pack_digest", DIGEST, nullable=False),
-        sa.Column("offset", sa.BigInteger(), nullable=False),
-        sa.Column("size", sa.BigInteger(), nullable=False),
-        sa.Column("pack_size", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("chunk_digest", "pack_digest", name=op.f("pk_pack_chunks")),
-    )
-    op.create_index(op.f("ix_pack_chunks_pack_digest"), "pack_chunks", ["pack_digest"])
 
 
 def downgrade() -> None:
@@ -49,6 +39,4 @@ def downgrade() -> None:
     if op.get_bind().execute(sa.text("SELECT COUNT(*) FROM version_packs")).scalar():
         raise RuntimeError("cannot downgrade below 0006_packs: versions were pushed with packs, and without "
                            "their pack indexes their small tensors could not be pulled")
-    op.drop_index(op.f("ix_pack_chunks_pack_digest"), table_name="pack_chunks")
-    op.drop_table("pack_chunks")
     op.drop_table("version_packs")

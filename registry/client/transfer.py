@@ -113,7 +113,7 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     recorded = meta.recorded_blobs([p.digest for p in rest]) if rest else set()
     whole += [p for p in rest if recorded and p.digest in recorded]
     fresh = [p for p in rest if not (recorded and p.digest in recorded)]
-    groups = [[fresh[i] for i in g] for g in group_consecutive([p.size for p in fresh], PACK_BYTES)]
+    groups = _pack_groups(fresh)
     reused = [p for p in small if p.digest in located]
     with open(bundle.path, "rb") as f:
         fd = f.fileno()
@@ -130,22 +130,62 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     return UploadPlan(whole, new, PackIndex.from_locations(used), sum(p.size for p in reused))
 
 
+#: a stretch of new small chunks lying back to back in the bundle at least this long is packed
+#: on its own (a pack that is one range of the bundle file uploads like any chunk); shorter
+#: ones (a fine-tune's scattered tensors) are gathered into shared packs
+RUN_PACK = 1024 * 1024
+
+
+def _pack_groups(parts: list[Part]) -> list[list[Part]]:
+    """The new small chunks (in bundle order) grouped into packs of at most ``PACK_BYTES``:
+    each stretch of ``RUN_PACK`` bytes or more that lies back to back in the bundle file makes
+    packs of its own (one range each), the shorter stretches are gathered together."""
+    stretches: list[list[Part]] = []
+    for p in parts:
+        if stretches and stretches[-1][-1].offset + stretches[-1][-1].size == p.offset:
+            stretches[-1].append(p)
+        else:
+            stretches.append([p])
+    long = [s for s in stretches if sum(p.size for p in s) >= RUN_PACK]
+    scattered = [p for s in stretches if sum(p.size for p in s) < RUN_PACK for p in s]
+    return [[s[i] for i in g] for s in [*long, scattered] if s
+            for g in group_consecutive([p.size for p in s], PACK_BYTES)]
+
+
 def _hash_pack(path: Path, fd: int, parts: list[Part], *, pack: bool = True) -> NewPack:
-    """Check each part's bytes against its digest; with ``pack``, the pack they make."""
+    """Check each part's bytes against its digest (reading neighbours a few MiB at a time);
+    with ``pack``, the pack they make."""
     h = hashlib.sha256()
     segments: list[tuple[int, int]] = []
-    for part in parts:
-        data = os.pread(fd, part.size, part.offset)
-        got = hashlib.sha256(data).hexdigest()
-        if "sha256:" + got != part.digest or len(data) != part.size:
-            raise range_error(path, part, got)
+    for block in _blocks(parts):
+        start = block[0].offset
+        data = memoryview(os.pread(fd, block[-1].offset + block[-1].size - start, start))
+        for part in block:
+            view = data[part.offset - start:part.offset - start + part.size]
+            got = hashlib.sha256(view).hexdigest()
+            if "sha256:" + got != part.digest or len(view) != part.size:
+                raise range_error(path, part, got)
         if pack:
             h.update(data)
-            if segments and segments[-1][0] + segments[-1][1] == part.offset:
-                segments[-1] = (segments[-1][0], segments[-1][1] + part.size)
+            if segments and segments[-1][0] + segments[-1][1] == start:
+                segments[-1] = (segments[-1][0], segments[-1][1] + len(data))
             else:
-                segments.append((part.offset, part.size))
+                segments.append((start, len(data)))
     return NewPack("sha256:" + h.hexdigest(), sum(p.size for p in parts), tuple(segments))
+
+
+def _blocks(parts: list[Part]) -> list[list[Part]]:
+    """``parts`` cut where they stop lying back to back, and every ``BATCH_BYTES``."""
+    out: list[list[Part]] = []
+    size = 0
+    for p in parts:
+        if out and out[-1][-1].offset + out[-1][-1].size == p.offset and size + p.size <= BATCH_BYTES:
+            out[-1].append(p)
+            size += p.size
+        else:
+            out.append([p])
+            size = p.size
+    return out
 
 
 class _SegmentReader(io.RawIOBase):
@@ -176,7 +216,11 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
     stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest.
     ``unrecorded``: digests no version records (stored without asking the store first)."""
     progress = locked_progress(progress)
-    uploaded, skipped = blobs.put_parts(bundle.path, plan.whole, progress=progress, unrecorded=unrecorded)
+    # a pack that is one range of the bundle file goes up like any chunk, in the same batch
+    ranges = [Part(p.digest, p.segments[0][0], p.size) for p in plan.packs if len(p.segments) == 1]
+    gathered = [p for p in plan.packs if len(p.segments) > 1]
+    uploaded, skipped = blobs.put_parts(bundle.path, plan.whole + ranges, progress=progress,
+                                        unrecorded=unrecorded)
     if progress is not None and plan.reused_bytes:
         progress(plan.reused_bytes)
     with open(bundle.path, "rb") as f:
@@ -184,8 +228,8 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
             with io.BufferedReader(_SegmentReader(f.fileno(), pack.segments), 1 << 20) as reader:
                 return blobs.put_stream(reader, pack.digest, size=pack.size, progress=progress)
 
-        stored = run_parallel(one, plan.packs, 4)
-    for pack, new in zip(plan.packs, stored):
+        stored = run_parallel(one, gathered, 4)
+    for pack, new in zip(gathered, stored):
         if new:
             uploaded += pack.size
         else:

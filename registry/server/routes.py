@@ -242,9 +242,9 @@ def publish(request: Request,
 
 
 def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
-    """A pusher's pack index is a claim: every entry this server has not checked before (no
-    ``pack_chunks`` row says the same) is read from its pack and hashed, so a recorded index
-    never points a chunk at bytes that are not it (a later push reuses recorded entries)."""
+    """A pusher's pack index is a claim: every entry no recorded index of a version reading the
+    same pack vouches for is read from its pack and hashed, so a recorded index never points a
+    chunk at bytes that are not it (a later push reuses recorded entries)."""
     if not index:
         return
     known = state.meta.recorded_pack_entries([p.digest for p in index.packs])

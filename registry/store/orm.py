@@ -28,7 +28,7 @@ from .records import (AuditEvent, LineageEdge, PendingPush, SignatureRecord, Tok
                       VersionRecord)
 
 __all__ = [
-    "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "VersionPackRow", "PackChunkRow", "AliasRow", "SignatureRow",
+    "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "VersionPackRow", "AliasRow", "SignatureRow",
     "LineageRow", "PendingPushRow", "AuditEventRow", "TokenRow", "STATUSES", "LINEAGE_KINDS", "now_text",
     "db_clock",
     "json_text", "AliasPolicyRow", "AttestationRow", "WebhookRow", "WebhookDeliveryRow",
@@ -161,22 +161,6 @@ class VersionPackRow(Base):
 
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
     packs_json: Mapped[str] = mapped_column(Text)
-
-
-class PackChunkRow(Base):
-    """One chunk stored inside a pack blob, as a version's pack index recorded it: what a push
-    looks up to reuse a chunk another version already stored (``locate_chunks``). Derived
-    from the versions' ``packs_json``; a row counts only while a version references its pack."""
-
-    __tablename__ = "pack_chunks"
-    # publish reads a pack's recorded entries; the primary key serves lookups by chunk
-    __table_args__ = (Index(None, "pack_digest"),)
-
-    chunk_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
-    pack_digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
-    offset: Mapped[int] = mapped_column(BigInteger)
-    size: Mapped[int] = mapped_column(BigInteger)
-    pack_size: Mapped[int] = mapped_column(BigInteger)
 
 
 class AliasRow(Base):

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, defer
 
 from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
-                      SignatureError, UsageError)
+                      SignatureError, StoreError, UsageError)
 from ..format.manifest import stored_blobs
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
@@ -45,7 +45,7 @@ from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
 from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
-from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PackChunkRow, PendingPushRow, SignatureRow,
+from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
                   TokenRow, VersionBlobRow, VersionPackRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
                       ModelRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
@@ -55,6 +55,19 @@ __all__ = ["SqlMetadataStore"]
 T = TypeVar("T")
 
 _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "restore"}
+
+
+#: how many of a model's latest versions a push looks for its small chunks in (their pack indexes)
+LOCATE_VERSIONS = 8
+
+
+def _stored_index(text_: str) -> PackIndex:
+    """A recorded pack index; ``StoreError`` when the database holds an unreadable one."""
+    try:
+        return PackIndex.from_json(text_)
+    except UsageError as exc:
+        raise StoreError(f"a stored pack index is unreadable: {exc.message}",
+                         hint="the metadata database was altered: run `pt2reg audit --verify`") from None
 
 
 def _audit_details(audit_details: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -1027,46 +1040,47 @@ class SqlMetadataStore:
         return self._read(work)
 
     def locate_chunks(self, digests: Sequence[str], *, name: str) -> dict[str, ChunkLocation]:
-        """Where each of ``digests`` is stored inside a pack a version of model ``name``
-        references (a push to it reuses the chunk instead of storing it again); chunks found in
-        no such pack are absent. Only the model's own packs: a version's packs become readable
-        by whoever may read the version, so a pack of another model, holding that model's other
-        tensors too, is never lent (large chunks, blobs of their own, still dedup across models).
+        """Where each of ``digests`` is stored inside a pack one of the ``LOCATE_VERSIONS``
+        latest versions of model ``name`` reads (a push to it reuses the chunk instead of storing
+        it again, the newest version's place first); chunks found there are absent. Only the
+        model's own packs: a version's packs become readable by whoever may read the version,
+        and a pack of another model, holding that model's other tensors too, is never lent
+        (large chunks, blobs of their own, still dedup across models).
 
             >>> store.locate_chunks(["sha256:abab..."], name="bert")["sha256:abab..."].pack
             'sha256:cdcd...'
         """
         validate_name(name)
-        wanted = sorted({validate_digest(d) for d in digests})
+        wanted = {validate_digest(d) for d in digests}
 
         def work(s: Session) -> dict[str, ChunkLocation]:
             found: dict[str, ChunkLocation] = {}
-            live = (select(VersionBlobRow.blob_digest)
-                    .join(VersionRow, VersionRow.id == VersionBlobRow.version_id)
-                    .join(ModelRow, ModelRow.id == VersionRow.model_id)
-                    .where(VersionBlobRow.blob_digest == PackChunkRow.pack_digest, ModelRow.name == name))
-            for start in range(0, len(wanted), 500):
-                rows = s.execute(select(PackChunkRow).where(PackChunkRow.chunk_digest.in_(wanted[start:start + 500]),
-                                                            live.exists())
-                                 .order_by(PackChunkRow.chunk_digest, PackChunkRow.pack_digest))
-                for (row,) in rows:
-                    found.setdefault(row.chunk_digest, ChunkLocation(row.pack_digest, row.pack_size,
-                                                                     row.offset, row.size))
+            for (text_,) in s.execute(select(VersionPackRow.packs_json)
+                                      .join(VersionRow, VersionRow.id == VersionPackRow.version_id)
+                                      .join(ModelRow, ModelRow.id == VersionRow.model_id)
+                                      .where(ModelRow.name == name)
+                                      .order_by(VersionRow.number.desc()).limit(LOCATE_VERSIONS)):
+                for chunk, loc in _stored_index(text_).locations().items():
+                    if chunk in wanted:
+                        found.setdefault(chunk, loc)
             return found
 
         return self._read(work)
 
     def recorded_pack_entries(self, packs: Sequence[str]) -> set[tuple[str, str, int, int]]:
-        """``(chunk, pack, offset, size)`` of every recorded entry of ``packs`` (a server checks
-        only the entries of a pushed index it has not recorded before)."""
+        """``(chunk, pack, offset, size)`` of the entries of ``packs`` the indexes of the
+        ``LOCATE_VERSIONS`` latest versions reading them record (a server checks only the
+        entries of a pushed index no recorded index vouches for)."""
         wanted = sorted({validate_digest(d) for d in packs})
 
         def work(s: Session) -> set[tuple[str, str, int, int]]:
             out: set[tuple[str, str, int, int]] = set()
-            for start in range(0, len(wanted), 500):
-                out.update((c, p, o, n) for c, p, o, n in s.execute(
-                    select(PackChunkRow.chunk_digest, PackChunkRow.pack_digest, PackChunkRow.offset, PackChunkRow.size)
-                    .where(PackChunkRow.pack_digest.in_(wanted[start:start + 500]))))
+            readers = (select(VersionBlobRow.version_id).where(VersionBlobRow.blob_digest.in_(wanted))
+                       .distinct().order_by(VersionBlobRow.version_id.desc()).limit(LOCATE_VERSIONS))
+            for (text_,) in s.execute(select(VersionPackRow.packs_json)
+                                      .where(VersionPackRow.version_id.in_(readers.scalar_subquery()))):
+                out.update((e.chunk, p.digest, e.offset, e.size) for p in _stored_index(text_).packs
+                           if p.digest in wanted for e in p.entries)
             return out
 
         return self._read(work)

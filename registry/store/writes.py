@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from . import governance
@@ -17,7 +17,7 @@ from ..errors import ConflictError, NotFoundError, UsageError
 from ..format.packs import PackIndex
 from ..refs import validate_digest
 from .audit_log import append_event
-from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, PackChunkRow, SignatureRow, VersionBlobRow, VersionPackRow,
+from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, SignatureRow, VersionBlobRow, VersionPackRow,
                   VersionRow, json_text, now_text)
 from .records import LineageEdge, SignatureRecord
 
@@ -120,8 +120,7 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
                    size: int, blobs: dict[str, int], edges: list[LineageEdge],
                    metadata_json: str, build_json: str | None, environment_json: str | None,
                    actor: str, packs: PackIndex = PackIndex()) -> VersionRow:
-    """Insert the next version of a locked model with its blobs, lineage edges and pack index
-    (its entries also by chunk, ``pack_chunks``, those not recorded yet)."""
+    """Insert the next version of a locked model with its blobs, lineage edges and pack index."""
     latest = session.scalar(select(func.max(VersionRow.number))
                             .where(VersionRow.model_id == model.id))
     row = VersionRow(model_id=model.id, number=(latest or 0) + 1, digest=digest,
@@ -138,12 +137,6 @@ def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_j
                     for e in edges)
     if packs:
         session.add(VersionPackRow(version_id=row.id, packs_json=packs.to_json()))
-    for pack in packs.packs:
-        known = set(session.scalars(select(PackChunkRow.chunk_digest).where(PackChunkRow.pack_digest == pack.digest)))  # indexed
-        rows = [{"chunk_digest": e.chunk, "pack_digest": pack.digest, "offset": e.offset, "size": e.size,
-                 "pack_size": pack.size} for e in pack.entries if e.chunk not in known]
-        if rows:  # one executemany: a pack of 10,000 tiny tensors is 10,000 rows
-            session.execute(insert(PackChunkRow), rows)
     return row
 
 
