@@ -130,6 +130,9 @@ def test_gc_keeps_every_pack_a_version_reads(reg_env, tiny, tmp_path):
     assert out.read_bytes() == tiny["ft"].read_bytes()
 
 
+# not on moto: storing 250 tiny blobs one PUT each is 13 s there, and S3 is covered by ``team``
+@pytest.mark.parametrize("reg_env", ["local", "server", pytest.param("team", marks=pytest.mark.integration),
+                                     pytest.param("team-server", marks=pytest.mark.integration)], indirect=True)
 def test_an_old_style_version_is_reused_as_blobs_not_packed_again(reg_env, tiny, tmp_path, monkeypatch):
     """A version pushed before packs stored its small chunks as blobs: a later push reuses those
     blobs (direct stores know them) and both versions pull back."""
