@@ -28,9 +28,8 @@ from isal.isal_zlib import crc32 as _crc32  # ISA-L: zlib's CRC-32 at ~3x the sp
 
 from .errors import IntegrityError
 
-__all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel", "group_consecutive", "preallocate",
-           "start_writeback",
-           "crc32_combine", "locked_progress"]
+__all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
+           "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
 #: writes that wait on the disk overlap with hashing)
@@ -164,6 +163,22 @@ def hash_ranges(jobs: Sequence[Job | Sequence[Segment]], *, crc: bool = False,
 
 #: jobs smaller than this share a thread task with their neighbours (``_batches``)
 BATCH_BYTES = 4 * 1024 * 1024
+
+
+def split_where(items: Sequence[T], joined: Callable[[T, T], bool]) -> list[list[T]]:
+    """``items`` in order, cut between each pair of neighbours ``joined(a, b)`` rejects (chunks
+    that stop lying back to back in a file).
+
+    >>> split_where([1, 2, 3, 7, 8], lambda a, b: a + 1 == b)
+    [[1, 2, 3], [7, 8]]
+    """
+    out: list[list[T]] = []
+    for item in items:
+        if out and joined(out[-1][-1], item):
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 def group_consecutive(sizes: Sequence[int], limit: int) -> list[range]:

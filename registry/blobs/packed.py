@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import IntegrityError
-from ..parallel import run_parallel
+from ..parallel import run_parallel, split_where
 from .base import BlobStore, ProgressFn
 
 __all__ = ["PackedPart", "RUN_BYTES", "RUN_GAP", "runs", "get_packed", "check_packed"]
@@ -97,15 +97,11 @@ def _read_run(blobs: BlobStore, parts: Sequence[PackedPart], run: list[int]) -> 
 def _spans(parts: Sequence[PackedPart], run: list[int]) -> list[list[int]]:
     """The run's chunks cut where they stop lying back to back both in the pack and in the
     destination (each span is then one write)."""
-    out: list[list[int]] = []
-    for i in run:
-        if out:
-            q, p = parts[out[-1][-1]], parts[i]
-            if q.pack_offset + q.size == p.pack_offset and q.offset + q.size == p.offset:
-                out[-1].append(i)
-                continue
-        out.append([i])
-    return out
+    def joined(i: int, j: int) -> bool:
+        q, p = parts[i], parts[j]
+        return q.pack_offset + q.size == p.pack_offset and q.offset + q.size == p.offset
+
+    return split_where(run, joined)
 
 
 def get_packed(blobs: BlobStore, fd: int, parts: Sequence[PackedPart], *, progress: ProgressFn | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..blobs.base import ProgressFn
-from ..errors import IntegrityError, UsageError
+from ..errors import IntegrityError
 from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
 from ..format.packs import PackIndex
@@ -69,11 +69,7 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
     pending = None
-    try:
-        located = PackIndex.from_json(version.packs_json).locations()
-    except UsageError as exc:
-        raise IntegrityError(f"{version.name}@{version.number}: its stored pack index is invalid ({exc.message})",
-                             hint="the metadata database was altered") from None
+    located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
     if defer_weights:
         files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located)
     else:

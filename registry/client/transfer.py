@@ -42,7 +42,7 @@ from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
 from ..format.packs import PACK_BELOW, PACK_BYTES, ChunkLocation, PackIndex
 from ..format.zipsafe import canonical_data_spans
-from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel
+from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel, split_where
 from ..sources import BlobCache
 from .ports import MetadataStore
 
@@ -110,9 +110,9 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     gone = {d for d, ok in zip(packs, run_parallel(blobs.exists, packs, 8) if packs else []) if not ok}
     located = {d: loc for d, loc in located.items() if loc.pack not in gone}
     rest = [p for p in small if p.digest not in located]
-    recorded = meta.recorded_blobs([p.digest for p in rest]) if rest else set()
-    whole += [p for p in rest if recorded and p.digest in recorded]
-    fresh = [p for p in rest if not (recorded and p.digest in recorded)]
+    recorded = (meta.recorded_blobs([p.digest for p in rest]) if rest else None) or set()
+    whole += [p for p in rest if p.digest in recorded]
+    fresh = [p for p in rest if p.digest not in recorded]
     groups = _pack_groups(fresh)
     reused = [p for p in small if p.digest in located]
     with open(bundle.path, "rb") as f:
@@ -140,16 +140,15 @@ def _pack_groups(parts: list[Part]) -> list[list[Part]]:
     """The new small chunks (in bundle order) grouped into packs of at most ``PACK_BYTES``:
     each stretch of ``RUN_PACK`` bytes or more that lies back to back in the bundle file makes
     packs of its own (one range each), the shorter stretches are gathered together."""
-    stretches: list[list[Part]] = []
-    for p in parts:
-        if stretches and stretches[-1][-1].offset + stretches[-1][-1].size == p.offset:
-            stretches[-1].append(p)
-        else:
-            stretches.append([p])
+    stretches = split_where(parts, _back_to_back)
     long = [s for s in stretches if sum(p.size for p in s) >= RUN_PACK]
     scattered = [p for s in stretches if sum(p.size for p in s) < RUN_PACK for p in s]
     return [[s[i] for i in g] for s in [*long, scattered] if s
             for g in group_consecutive([p.size for p in s], PACK_BYTES)]
+
+
+def _back_to_back(a: Part, b: Part) -> bool:
+    return a.offset + a.size == b.offset
 
 
 def _hash_pack(path: Path, fd: int, parts: list[Part], *, pack: bool = True) -> NewPack:
@@ -176,16 +175,8 @@ def _hash_pack(path: Path, fd: int, parts: list[Part], *, pack: bool = True) -> 
 
 def _blocks(parts: list[Part]) -> list[list[Part]]:
     """``parts`` cut where they stop lying back to back, and every ``BATCH_BYTES``."""
-    out: list[list[Part]] = []
-    size = 0
-    for p in parts:
-        if out and out[-1][-1].offset + out[-1][-1].size == p.offset and size + p.size <= BATCH_BYTES:
-            out[-1].append(p)
-            size += p.size
-        else:
-            out.append([p])
-            size = p.size
-    return out
+    return [[s[i] for i in g] for s in split_where(parts, _back_to_back)
+            for g in group_consecutive([p.size for p in s], BATCH_BYTES)]
 
 
 class _SegmentReader(io.RawIOBase):

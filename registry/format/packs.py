@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..digests import canonical_json
-from ..errors import UsageError
+from ..errors import IntegrityError, UsageError
 from ..refs import validate_digest
 from .chunking import MIN_CHUNK
 
@@ -118,6 +118,16 @@ class PackIndex:
         for chunk, loc in used.items():
             packs.setdefault((loc.pack, loc.pack_size), []).append(PackEntry(chunk, loc.offset, loc.size))
         return cls(tuple(Pack(d, n, tuple(sorted(es, key=lambda e: e.offset))) for (d, n), es in sorted(packs.items())))
+
+    @classmethod
+    def from_stored(cls, text: str | None, where: str = "a version") -> "PackIndex":
+        """A recorded index (``from_json``): ``IntegrityError`` (exit 5) naming ``where`` when
+        the metadata store holds one that does not parse."""
+        try:
+            return cls.from_json(text)
+        except UsageError as exc:
+            raise IntegrityError(f"{where}: its stored pack index is invalid ({exc.message})",
+                                 hint="the metadata database was altered: run `pt2reg audit --verify`") from None
 
     @classmethod
     def from_json(cls, text: str | None) -> "PackIndex":

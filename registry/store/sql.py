@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, defer
 
 from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
-                      SignatureError, StoreError, UsageError)
+                      SignatureError, UsageError)
 from ..format.manifest import stored_blobs
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_name
@@ -59,15 +59,6 @@ _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "resto
 
 #: how many of a model's latest versions a push looks for its small chunks in (their pack indexes)
 LOCATE_VERSIONS = 8
-
-
-def _stored_index(text_: str) -> PackIndex:
-    """A recorded pack index; ``StoreError`` when the database holds an unreadable one."""
-    try:
-        return PackIndex.from_json(text_)
-    except UsageError as exc:
-        raise StoreError(f"a stored pack index is unreadable: {exc.message}",
-                         hint="the metadata database was altered: run `pt2reg audit --verify`") from None
 
 
 def _audit_details(audit_details: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -191,7 +182,7 @@ class SqlMetadataStore:
         and on every write) are added to each event's details (the server records its token id).
         ``packs_json``: the version's pack index (``format.packs``: where its small chunks lie in
         pack blobs; ``blobs`` then names the packs, not those chunks), recorded with the version
-        and by chunk for ``locate_chunks``. It is taken as given: a server checks a client's index
+        (``locate_chunks`` reads it back). It is taken as given: a server checks a client's index
         against the packs' bytes before calling this.
 
             >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
@@ -1060,7 +1051,7 @@ class SqlMetadataStore:
                                       .join(ModelRow, ModelRow.id == VersionRow.model_id)
                                       .where(ModelRow.name == name)
                                       .order_by(VersionRow.number.desc()).limit(LOCATE_VERSIONS)):
-                for chunk, loc in _stored_index(text_).locations().items():
+                for chunk, loc in PackIndex.from_stored(text_).locations().items():
                     if chunk in wanted:
                         found.setdefault(chunk, loc)
             return found
@@ -1079,7 +1070,7 @@ class SqlMetadataStore:
                        .distinct().order_by(VersionBlobRow.version_id.desc()).limit(LOCATE_VERSIONS))
             for (text_,) in s.execute(select(VersionPackRow.packs_json)
                                       .where(VersionPackRow.version_id.in_(readers.scalar_subquery()))):
-                out.update((e.chunk, p.digest, e.offset, e.size) for p in _stored_index(text_).packs
+                out.update((e.chunk, p.digest, e.offset, e.size) for p in PackIndex.from_stored(text_).packs
                            if p.digest in wanted for e in p.entries)
             return out
 
