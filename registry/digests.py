@@ -21,7 +21,7 @@ from typing import IO, Any, BinaryIO, Callable, Iterator
 from .constants import CHUNK_SIZE
 from .errors import IntegrityError
 
-__all__ = ["canonical_json", "sha256_bytes", "sha256_stream", "digest_of_bytes", "hex_of", "iter_chunks",
+__all__ = ["canonical_json", "sha256_bytes", "sha256_stream", "digest_of_bytes", "hex_of", "is_lower_hex", "iter_chunks",
            "pump", "VerifyingReader", "HashingWriter"]
 
 
@@ -38,6 +38,20 @@ def sha256_bytes(data: bytes) -> str:
 def digest_of_bytes(data: bytes) -> str:
     """``sha256:<hex>`` of bytes."""
     return "sha256:" + sha256_bytes(data)
+
+
+def is_lower_hex(text: str) -> bool:
+    """Whether ``text`` is nothing but lowercase hex digits, an even number of them (the joined
+    digests of a chunk list: one pass in C, where a regex takes milliseconds per 10,000).
+
+    >>> is_lower_hex("00ff"), is_lower_hex("00FF"), is_lower_hex("00 f"), is_lower_hex("0g")
+    (True, False, False, False)
+    """
+    try:
+        decoded = bytes.fromhex(text)   # ValueError on anything but hex digits and whitespace
+    except ValueError:
+        return False
+    return 2 * len(decoded) == len(text) and not any(c in text for c in "ABCDEF")  # no whitespace, lowercase
 
 
 def hex_of(digest: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter
@@ -46,10 +46,10 @@ class BlobInfo:
     mtime: float
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """One blob of a batch transfer: ``size`` bytes at ``offset`` of a local file (the source
-    of a ``put_parts``, the destination of a ``get_parts``)."""
+    of a ``put_parts``, the destination of a ``get_parts``). A named tuple: a push makes one per
+    chunk, ten thousand for some programs."""
 
     digest: str
     offset: int

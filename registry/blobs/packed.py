@@ -13,9 +13,9 @@ stretch of a blob); this module is the same for all of them.
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..errors import IntegrityError
 from ..parallel import run_parallel, split_where
@@ -36,16 +36,18 @@ def _workers(blobs: BlobStore) -> int:
     return int(getattr(blobs, "read_workers", WORKERS))
 
 
-@dataclass(frozen=True)
-class PackedPart:
+class PackedPart(NamedTuple):
     """A chunk (``digest``, ``size`` bytes) read from ``pack`` at ``pack_offset``, written at
-    ``offset`` of the destination file."""
+    ``offset`` of the destination file (a named tuple: a member has one per small tensor)."""
 
     digest: str
     offset: int
     size: int
     pack: str
     pack_offset: int
+
+
+_PLACE = operator.itemgetter(3, 4)   # (pack, pack_offset)
 
 
 def runs(parts: Sequence[PackedPart], *, max_bytes: int = RUN_BYTES, gap: int = RUN_GAP) -> list[list[int]]:
@@ -56,20 +58,20 @@ def runs(parts: Sequence[PackedPart], *, max_bytes: int = RUN_BYTES, gap: int = 
     >>> runs([P("a", 20), P("a", 0), P("b", 0), P("a", 1000)], gap=100)
     [[1, 0], [3], [2]]
     """
-    order = sorted(range(len(parts)), key=lambda i: (parts[i].pack, parts[i].pack_offset))
+    keys = list(map(_PLACE, parts))
+    order = sorted(range(len(parts)), key=keys.__getitem__)
     out: list[list[int]] = []
-    end = 0
+    run: list[int] = []
+    pack, start, end = None, 0, 0
     for i in order:
-        p = parts[i]
-        if out:
-            head = parts[out[-1][0]]
-            if head.pack == p.pack and p.pack_offset <= end + gap \
-                    and max(end, p.pack_offset + p.size) - head.pack_offset <= max_bytes:
-                out[-1].append(i)
-                end = max(end, p.pack_offset + p.size)
-                continue
-        out.append([i])
-        end = p.pack_offset + p.size
+        _digest, _offset, size, p_pack, p_at = parts[i]
+        if p_pack == pack and p_at <= end + gap and max(end, p_at + size) - start <= max_bytes:
+            run.append(i)
+            end = max(end, p_at + size)
+            continue
+        run = [i]
+        out.append(run)
+        pack, start, end = p_pack, p_at, p_at + size
     return out
 
 

@@ -93,8 +93,9 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
         if not m.chunks:
             whole.append(Part(m.digest, offset, m.size))
             continue
-        for sha, at, size in m.chunk_spans():
-            part = Part("sha256:" + sha, offset + at, size)
+        for sha, size in m.chunks:
+            part = Part("sha256:" + sha, offset, size)
+            offset += size
             if size >= PACK_BELOW:
                 whole.append(part)
             elif part.digest not in seen:
@@ -232,11 +233,13 @@ def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = N
     """Where each chunk of ``member`` is read from: its own blob, or its pack (``located``)."""
     located = located or {}
     out: list[AnyPart] = []
-    for sha, offset, size in member.chunk_spans():
+    offset = 0
+    for sha, size in member.chunks:
         digest = "sha256:" + sha
         loc = located.get(digest)
         out.append(PackedPart(digest, offset, size, loc.pack, loc.offset) if loc is not None and loc.size == size
                    else Part(digest, offset, size))
+        offset += size
     return out
 
 

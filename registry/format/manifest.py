@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
@@ -24,7 +25,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Union
 
 from ..constants import BUNDLE_FORMAT, PACKAGE_PARENT
-from ..digests import canonical_json, digest_of_bytes
+from ..digests import canonical_json, digest_of_bytes, is_lower_hex
 from ..errors import ManifestError, UnsupportedFormatError, UsageError
 from .packs import PackIndex, stored_with_packs
 
@@ -89,6 +90,8 @@ def _chunk_problems(raw: dict[str, Any]) -> list[str]:
             continue
         if len(chunks) > MAX_CHUNKS:
             problems.append(f"members/{i}/chunks: more than {MAX_CHUNKS} chunks")
+        if _chunks_well_formed(chunks):
+            continue
         for j, c in enumerate(chunks[1:], 1):
             if not (isinstance(c, dict) and c.keys() == {"sha256", "size"}):
                 problems.append(f"members/{i}/chunks/{j}: not an object of exactly 'sha256' and 'size'")
@@ -97,6 +100,22 @@ def _chunk_problems(raw: dict[str, Any]) -> list[str]:
             elif type(c["size"]) is not int or c["size"] < 0:
                 problems.append(f"members/{i}/chunks/{j}/size: {c['size']!r} is not an integer >= 0")
     return problems
+
+
+_SHA256, _SIZE = operator.itemgetter("sha256"), operator.itemgetter("size")
+
+
+def _chunks_well_formed(chunks: list[Any]) -> bool:
+    """Whether every item of a chunk list follows the schema's rules (``_chunk_problems``' quick
+    path: whole-list operations, no Python loop per chunk; the slow loop then says what is wrong)."""
+    if set(map(type, chunks)) - {dict} or set(map(len, chunks)) - {2}:
+        return False
+    try:  # two keys each, and both of them there: exactly these two
+        hexes, sizes = list(map(_SHA256, chunks)), list(map(_SIZE, chunks))
+    except KeyError:
+        return False
+    return (set(map(type, hexes)) <= {str} and set(map(len, hexes)) <= {64} and is_lower_hex("".join(hexes))
+            and set(map(type, sizes)) <= {int} and min(sizes, default=0) >= 0)
 
 
 def validate_raw(raw: Any) -> list[str]:
@@ -523,6 +542,20 @@ class ProgramSpec:
         return out
 
 
+def chunk_list_json(chunks: tuple[tuple[str, int], ...]) -> bytes:
+    """The canonical JSON of a chunk list (``[{"sha256": hex, "size": n}, ...]``, what a chunked
+    member's identity hashes), written directly: ``canonical_json`` of 10,000 dicts takes 15 ms.
+    Falls back to ``canonical_json`` unless every hash is lowercase hex and every size an int.
+
+    >>> chunk_list_json((("ab", 3),)) == canonical_json([{"sha256": "ab", "size": 3}])
+    True
+    """
+    hexes = [h for h, _ in chunks]
+    if set(map(type, hexes)) <= {str} and set(type(n) for _, n in chunks) <= {int} and is_lower_hex("".join(hexes)):
+        return ("[" + ",".join(['{"sha256":"%s","size":%d}' % c for c in chunks]) + "]").encode("ascii")
+    return canonical_json([{"sha256": h, "size": n} for h, n in chunks])
+
+
 @dataclass(frozen=True)
 class Member:
     """One file of the bundle. A chunked member's integrity is its chunk list: every chunk's
@@ -541,7 +574,7 @@ class Member:
         """The member's identity: the sha256 of its bytes, or for a chunked member the sha256 of
         its canonical chunk list (what the client cache files it under)."""
         if self.chunks:
-            return digest_of_bytes(canonical_json([{"sha256": h, "size": n} for h, n in self.chunks]))
+            return digest_of_bytes(chunk_list_json(self.chunks))
         assert self.sha256 is not None  # the schema requires one or the other
         return "sha256:" + self.sha256
 
@@ -555,8 +588,9 @@ class Member:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "Member":
+        chunks = raw.get("chunks", ())
         return cls(raw["path"], raw.get("sha256"), raw["size"], raw["role"],
-                   tuple((c["sha256"], c["size"]) for c in raw.get("chunks", ())), _present(raw, ("chunks",)))
+                   tuple(zip(map(_SHA256, chunks), map(_SIZE, chunks))), _present(raw, ("chunks",)))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "size": self.size, "role": self.role}

@@ -35,7 +35,7 @@ from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotF
                       SignatureError, UsageError)
 from ..format.manifest import stored_blobs
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
-from ..refs import Ref, validate_alias, validate_digest, validate_name
+from ..refs import Ref, validate_alias, validate_digest, validate_digests, validate_name
 from ..access.scopes import Identity, parse_scope
 from ..access.policy import (ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement,
                              validate_label)
@@ -59,6 +59,8 @@ _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "resto
 
 #: how many of a model's latest versions a push looks for its small chunks in (their pack indexes)
 LOCATE_VERSIONS = 8
+#: digests per query when asking which blobs versions record (a push asks about every chunk)
+RECORDED_BATCH = 2000
 
 
 def _audit_details(audit_details: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -784,7 +786,7 @@ class SqlMetadataStore:
             >>> store.pullable_blob_models(["sha256:cdcd..."])
             {'sha256:cdcd...': {'bert'}}
         """
-        wanted = [validate_digest(d) for d in digests]
+        wanted = validate_digests(digests)
         return self._read(lambda s: token_rows.blob_models(s, wanted))
 
     def latest_versions(self) -> dict[str, VersionRecord]:
@@ -1042,7 +1044,7 @@ class SqlMetadataStore:
             'sha256:cdcd...'
         """
         validate_name(name)
-        wanted = {validate_digest(d) for d in digests}
+        wanted = set(validate_digests(digests))
 
         def work(s: Session) -> dict[str, ChunkLocation]:
             found: dict[str, ChunkLocation] = {}
@@ -1083,4 +1085,13 @@ class SqlMetadataStore:
             >>> store.recorded_blobs(["sha256:cdcd...", "sha256:efef..."])
             {'sha256:cdcd...'}
         """
-        return set(self.pullable_blob_models(digests))
+        wanted = sorted(set(validate_digests(digests)))
+
+        def work(s: Session) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(wanted), RECORDED_BATCH):
+                found.update(s.scalars(select(VersionBlobRow.blob_digest).distinct()
+                                       .where(VersionBlobRow.blob_digest.in_(wanted[start:start + RECORDED_BATCH]))))
+            return found
+
+        return self._read(work)

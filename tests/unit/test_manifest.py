@@ -156,3 +156,48 @@ def test_warnings_name_baked_devices_and_unknown_op_schemas():
     assert Manifest.from_raw(raw).warnings() == [
         "program 'model': device 'cpu' baked into 1 op at m.py:3 (arange): pos = torch.arange(n, device='cpu')",
         "program 'model': custom op mylib::f is required; its schema was not known at bundle time"]
+
+
+def _chunked(n: int = 50) -> dict:
+    """``minimal()`` with its program member split into ``n`` chunks (format 2)."""
+    raw = minimal()
+    raw["format"] = 2
+    member = raw["members"][0]
+    del member["sha256"]
+    member["chunks"] = [{"sha256": f"{i:064x}", "size": 1} for i in range(n)]
+    member["size"] = n
+    return raw
+
+
+@pytest.mark.parametrize("item, problem", [
+    ({"sha256": "A" * 64, "size": 1}, "is not 64 lowercase hex digits"),
+    ({"sha256": "a" * 63 + " ", "size": 1}, "is not 64 lowercase hex digits"),
+    ({"sha256": "a" * 62 + "\u0663\u0663", "size": 1}, "is not 64 lowercase hex digits"),
+    ({"sha256": "a" * 65, "size": 1}, "is not 64 lowercase hex digits"),
+    ({"sha256": 7, "size": 1}, "is not 64 lowercase hex digits"),
+    ({"sha256": "a" * 64, "size": True}, "is not an integer >= 0"),
+    ({"sha256": "a" * 64, "size": -1}, "is not an integer >= 0"),
+    ({"sha256": "a" * 64, "size": 1.0}, "is not an integer >= 0"),
+    ({"sha256": "a" * 64}, "not an object of exactly"),
+    ({"sha256": "a" * 64, "sizes": 1}, "not an object of exactly"),
+    ({"sha256": "a" * 64, "size": 1, "x": 1}, "not an object of exactly"),
+    (["a" * 64, 1], "not an object of exactly"),
+])
+def test_every_chunk_item_is_checked_past_the_first(item, problem):
+    """Chunk lists are checked by whole-list operations first (a 10,000-chunk manifest), then
+    one by one for the message: a bad item anywhere past the first is named."""
+    raw = _chunked()
+    raw["members"][0]["chunks"][37] = item
+    with pytest.raises(ManifestError) as info:
+        Manifest.from_raw(raw)
+    assert any(p.startswith("members/0/chunks/37") and problem in p for p in info.value.problems), info.value.problems
+
+
+def test_a_chunked_members_identity_is_the_canonical_json_of_its_chunk_list():
+    from registry.digests import canonical_json, digest_of_bytes
+    from registry.format.manifest import chunk_list_json
+
+    m = Manifest.from_raw(_chunked(300)).members[0]
+    assert m.digest == digest_of_bytes(canonical_json([{"sha256": h, "size": n} for h, n in m.chunks]))
+    odd = (("not hex \"quoted\"", 3), ("ab" * 32, 2 ** 70))    # the direct writer's fallback
+    assert chunk_list_json(odd) == canonical_json([{"sha256": h, "size": n} for h, n in odd])

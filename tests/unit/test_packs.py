@@ -71,10 +71,52 @@ def _raw(**edit) -> str:
     (_raw(chunk1=["ab" * 32, 100, 65536]), "only chunks under 65536 bytes are packed"),
     (_raw(size=(64 << 20) + 1), "67108864 bytes at most"),
     (_raw(chunks=[]), "1 chunk or more"),
+    (_raw(chunk1=["ab" * 31 + "a ", 100, 3000]), "not 64 lowercase hex"),       # whitespace in the hex
+    (_raw(chunk1=["ab" * 31 + "\u0663\u0663", 100, 3000]), "not 64 lowercase hex"),  # non-ASCII digits
+    (_raw(chunk1=["ab" * 32, True, 3000]), "offset is True"),                  # bool is no int
+    (_raw(chunk1=["ab" * 32, 100, 3000.0]), "size is 3000.0"),
+    (_raw(chunk1={"a": 1, "b": 2, "c": 3}), "is not \\[sha256 hex, offset, size\\]"),  # three keys, not a list
+    (_raw(chunk1="abc"), "is not \\[sha256 hex, offset, size\\]"),         # three characters
 ])
 def test_a_malformed_index_is_refused_with_the_problem_named(text, problem):
     with pytest.raises(UsageError, match=problem):
         PackIndex.from_json(text)
+
+
+def test_a_chunk_in_two_packs_is_refused():
+    """The quick path checks each pack on its own; a chunk repeated in a later pack is caught
+    across packs (and the message comes from the one-by-one walk)."""
+    raw = json.loads(_index().to_json())
+    other = {"digest": "sha256:" + "cd" * 32, "size": 10, "chunks": [[d(CHUNKS[2])[7:], 0, 1]]}
+    with pytest.raises(UsageError, match=f"chunk {d(CHUNKS[2])} is listed twice"):
+        PackIndex.from_json(json.dumps({"packs": [raw["packs"][0], other]}))
+    with pytest.raises(UsageError, match=f"chunk {d(CHUNKS[2])} is listed twice"):
+        PackIndex.from_json(json.dumps({"packs": [other, raw["packs"][0]]}))
+
+
+def test_a_large_index_parses_by_whole_list_checks_to_the_same_entries():
+    """10,000 entries out of order, the shape a 10,000-tensor program records: parsed into
+    entries sorted by offset, and each one-entry change that breaks a rule is refused."""
+    rng = __import__("random").Random(7)
+    sizes = [rng.randrange(1, 4096) for _ in range(10_000)]
+    offsets: list[int] = []
+    at = 0
+    for n in sizes:
+        offsets.append(at)
+        at += n
+    chunks = [[hashlib.sha256(str(i).encode()).hexdigest(), offsets[i], sizes[i]] for i in range(len(sizes))]
+    shuffled = chunks[:]
+    rng.shuffle(shuffled)
+    text = json.dumps({"packs": [{"digest": "sha256:" + "ef" * 32, "size": at, "chunks": shuffled}]})
+    index = PackIndex.from_json(text)
+    assert [(e.chunk[7:], e.offset, e.size) for e in index.packs[0].entries] == [tuple(c) for c in chunks]
+    for k, bad in [(5000, [chunks[5000][0], chunks[5000][1] - 1, chunks[5000][2]]),      # overlaps its neighbour
+                   (9999, [chunks[9999][0], at, 1]),                                     # past the end
+                   (1, [chunks[0][0], chunks[1][1], chunks[1][2]])]:                     # chunk 0 twice
+        edited = [bad if c is chunks[k] else c for c in shuffled]
+        with pytest.raises(UsageError):
+            PackIndex.from_json(json.dumps({"packs": [{"digest": "sha256:" + "ef" * 32, "size": at,
+                                                       "chunks": edited}]}))
 
 
 def test_two_packs_with_one_digest_are_refused():

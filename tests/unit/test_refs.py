@@ -67,3 +67,14 @@ def test_concurrent_downloads_of_one_blob_do_not_share_a_temp_file(tmp_path):
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(16)))
     assert dest.read_bytes() == data and not list(tmp_path.glob("*.incomplete"))
+
+
+def test_digests_are_validated_together_as_one_by_one():
+    from registry.refs import validate_digests
+
+    good = [f"sha256:{i:064x}" for i in range(1000)]
+    assert validate_digests(good) == good and validate_digests(iter(good[:3])) == good[:3]
+    for bad in ["sha256:" + "A" * 64, "sha512:" + "a" * 64, "sha256:" + "a" * 63 + "\n", "sha256:" + "a" * 65,
+                "sha256: " + "a" * 63, 7, None]:
+        with pytest.raises(UsageError, match="invalid digest"):
+            validate_digests([*good[:500], bad, *good[500:]])
