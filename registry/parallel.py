@@ -15,21 +15,24 @@ the number of ranges.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import gc
 import hashlib
 import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from isal.isal_zlib import crc32 as _crc32  # ISA-L: zlib's CRC-32 at ~3x the speed, GIL released
 
 from .errors import IntegrityError
 
 __all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
-           "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress"]
+           "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress",
+           "gc_held"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
 #: writes that wait on the disk overlap with hashing)
@@ -339,6 +342,37 @@ def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int, *,
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+_gc_lock = threading.Lock()
+_gc_holders = 0
+
+
+@contextlib.contextmanager
+def gc_held() -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while a step builds and drops per-chunk
+    records (a manifest, a pack index and the parts of a 10,000-tensor program: some 50,000
+    objects that live a few dozen milliseconds). Collected while they live, they are promoted
+    to the oldest generation, and every few pulls that triggers a full collection of the whole
+    process, 80 ms in a process that imported torch (measured); held, they are freed by their
+    reference counts before any collection sees them. Nested and concurrent holds are counted:
+    the collector runs again when the last one ends, and only if it was on before the first."""
+    global _gc_holders
+    with _gc_lock:
+        _gc_holders += 1
+        if _gc_holders == 1:
+            _gc_state[0] = gc.isenabled()
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holders -= 1
+            if _gc_holders == 0 and _gc_state[0]:
+                gc.enable()
+
+
+_gc_state = [False]   # whether the collector was on when the first hold began
 
 
 def locked_progress(progress: Callable[[int], None] | None) -> Callable[[int], None] | None:

@@ -17,6 +17,7 @@ from ..blobs.base import ProgressFn
 from ..config import Settings, actor, hostname
 from ..errors import NotFoundError, UsageError
 from ..format.bundle import BundleFile
+from ..parallel import gc_held
 from ..pt2.verdicts import verdicts_dir
 from ..refs import Ref, validate_alias, validate_name
 from ..sources import AuditSpool, BlobCache, MaterializedBundle, materialize_file
@@ -145,15 +146,16 @@ class Registry:
         validate_name(name)
         for a in aliases:
             validate_alias(a)
-        opened = BundleFile.open(bundle)
-        signatures = []
-        if sign_key:
-            from ..format.signing import sign_digest
+        with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
+            opened = BundleFile.open(bundle)
+            signatures = []
+            if sign_key:
+                from ..format.signing import sign_digest
 
-            signatures.append(sign_digest(sign_key, opened.digest))
-        return push_bundle(self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
-                           signatures=signatures, environment=publisher_environment(), progress=progress,
-                           vetted_dir=verdicts_dir(self.cache_dir))  # bundle's and load's verdicts
+                signatures.append(sign_digest(sign_key, opened.digest))
+            return push_bundle(self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
+                               signatures=signatures, environment=publisher_environment(), progress=progress,
+                               vetted_dir=verdicts_dir(self.cache_dir))  # bundle's and load's verdicts
 
     # -- resolve and fetch ----------------------------------------------------------------
     def resolve(self, ref: str | Ref) -> VersionRecord:
@@ -211,8 +213,9 @@ class Registry:
             src = enforce(where.cached)
         else:
             assert where.version is not None
-            src = fetch_version(self.meta, self.blobs, self.cache, where.version,
-                                enforce_trust=enforce, progress=progress, defer_weights=defer_weights)
+            with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
+                src = fetch_version(self.meta, self.blobs, self.cache, where.version,
+                                    enforce_trust=enforce, progress=progress, defer_weights=defer_weights)
         if record and src.version is None and self._meta is None:  # served from the cache alone
             self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
                                ref=str(where.ref))

@@ -246,18 +246,23 @@ def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = N
 def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress: ProgressFn | None = None,
                 on_done: Callable[[int], None] | None = None) -> None:
     """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
-    reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
-    ``parts[i]`` is complete."""
+    reads of their packs (``blobs.packed``), the others with ``get_parts``, the two at once;
+    ``on_done(i)`` once ``parts[i]`` is complete."""
     packed = [i for i, p in enumerate(parts) if isinstance(p, PackedPart)]
     own = [i for i, p in enumerate(parts) if not isinstance(p, PackedPart)]
 
     def done(idx: list[int]) -> Callable[[int], None] | None:
         return None if on_done is None else (lambda j: on_done(idx[j]))
 
+    progress = locked_progress(progress)
+    jobs: list[Callable[[], None]] = []
     if packed:
-        get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress, on_done=done(packed))
+        jobs.append(lambda: get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress,
+                                       on_done=done(packed)))
     if own:
-        blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress, on_done=done(own))
+        jobs.append(lambda: blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress,
+                                            on_done=done(own)))
+    run_parallel(lambda job: job(), jobs, 2)
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,

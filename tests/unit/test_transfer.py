@@ -231,3 +231,47 @@ def test_the_python_crc32_combine_matches_zlib():
     for n in (0, 1, 7, 8, 4096, 77_777):
         a, b = os.urandom(13), os.urandom(n)
         assert _combine_py(zlib.crc32(a), zlib.crc32(b), n) == zlib.crc32(a + b), n
+
+
+def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():
+    """``gc_held`` (a push or pull of a program with many tensors): the collector is off while
+    any hold lasts, on again after the last one, and left off if it was off before."""
+    import gc
+    import threading
+
+    from registry.parallel import gc_held
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        inside, release = threading.Event(), threading.Event()
+
+        def other() -> None:
+            with gc_held():
+                inside.set()
+                release.wait(10)
+
+        t = threading.Thread(target=other)
+        with gc_held():
+            assert not gc.isenabled()
+            t.start()
+            assert inside.wait(10)
+            with gc_held():
+                assert not gc.isenabled()
+        assert not gc.isenabled()          # the other thread still holds it
+        release.set()
+        t.join(10)
+        assert gc.isenabled()
+        gc.disable()
+        with gc_held():
+            pass
+        assert not gc.isenabled()          # off before: left off
+        gc.enable()
+        try:
+            with gc_held():
+                raise KeyError("boom")
+        except KeyError:
+            pass
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
