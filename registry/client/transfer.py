@@ -36,7 +36,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
 from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, locked_progress, range_error
 from ..blobs.packed import PackedPart, get_packed
-from ..errors import UnsafeArchiveError
+from ..errors import NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
@@ -107,8 +107,9 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
         return UploadPlan(whole + small, [], PackIndex(), 0)
     sizes = {p.digest: p.size for p in small}
     located = {d: loc for d, loc in located.items() if loc.size == sizes.get(d)}
-    packs = sorted({loc.pack for loc in located.values()})
-    gone = {d for d, ok in zip(packs, run_parallel(blobs.exists, packs, 8) if packs else []) if not ok}
+    packs = sorted({(loc.pack, loc.pack_size) for loc in located.values()})
+    stored = run_parallel(lambda pack: _stored_whole(blobs, *pack), packs, 8) if packs else []
+    gone = {d for (d, _n), ok in zip(packs, stored) if not ok}
     located = {d: loc for d, loc in located.items() if loc.pack not in gone}
     rest = [p for p in small if p.digest not in located]
     recorded = (meta.recorded_blobs([p.digest for p in rest]) if rest else None) or set()
@@ -129,6 +130,16 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
             used[p.digest] = ChunkLocation(pack.digest, pack.size, at, p.size)
             at += p.size
     return UploadPlan(whole, new, PackIndex.from_locations(used), sum(p.size for p in reused))
+
+
+def _stored_whole(blobs: BlobStore, digest: str, size: int) -> bool:
+    """Whether the store holds blob ``digest`` at its ``size`` (a pack lost or cut short is not
+    reused: its chunks are packed and stored again, and a pack that comes out the same bytes
+    replaces the damaged one, which mends the versions that read from it)."""
+    try:
+        return blobs.stat(digest).size == size
+    except NotFoundError:
+        return False
 
 
 #: a stretch of new small chunks lying back to back in the bundle at least this long is packed
@@ -246,23 +257,19 @@ def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = N
 def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress: ProgressFn | None = None,
                 on_done: Callable[[int], None] | None = None) -> None:
     """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
-    reads of their packs (``blobs.packed``), the others with ``get_parts``, the two at once;
-    ``on_done(i)`` once ``parts[i]`` is complete."""
+    reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
+    ``parts[i]`` is complete. (The two one after the other: at once, they took as long on two
+    cores, locally and against SeaweedFS, measured.)"""
     packed = [i for i, p in enumerate(parts) if isinstance(p, PackedPart)]
     own = [i for i, p in enumerate(parts) if not isinstance(p, PackedPart)]
 
     def done(idx: list[int]) -> Callable[[int], None] | None:
         return None if on_done is None else (lambda j: on_done(idx[j]))
 
-    progress = locked_progress(progress)
-    jobs: list[Callable[[], None]] = []
     if packed:
-        jobs.append(lambda: get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress,
-                                       on_done=done(packed)))
+        get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress, on_done=done(packed))
     if own:
-        jobs.append(lambda: blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress,
-                                            on_done=done(own)))
-    run_parallel(lambda job: job(), jobs, 2)
+        blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress, on_done=done(own))
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,

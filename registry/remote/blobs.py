@@ -23,6 +23,7 @@ import hashlib
 import io
 import os
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
@@ -48,6 +49,9 @@ TRANSFERS = 8
 READ_SIZE = 512 * 1024
 #: tries per blob download: a body cut off is resumed from the next byte, this many times in all
 STREAM_ATTEMPTS = 5
+#: how long the server's answer of where to read a blob is reused for more ranged reads of it
+#: (the server presigns bucket URLs for much longer)
+RANGE_TARGET_SECONDS = 60.0
 #: bytes handed on at a time from a streamed body: httpx delivers ~64 KiB pieces, and hashing,
 #: writing and counting each one on its own made a pull through presigned URLs slower than a
 #: direct S3 pull; batching them (``_batched``) costs a copy per MiB
@@ -91,6 +95,9 @@ class HttpBlobStore:
         self._bucket = None if urllib.request.getproxies() else urllib3.PoolManager(
             maxsize=self._transfers, block=False, retries=_BUCKET_RETRIES, ssl_context=httpx.create_ssl_context(),
             timeout=urllib3.Timeout(connect=TIMEOUT.connect, read=TIMEOUT.read))
+        # ranged reads of one pack (a pull reads each in runs of a few MiB) share its target
+        self._range_targets: dict[str, tuple[Target, float]] = {}
+        self._range_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"HttpBlobStore({self.url!r})"
@@ -327,12 +334,28 @@ class HttpBlobStore:
         does not store it; ``IntegrityError`` when it is shorter than ``offset + length`` or the
         answer is not the range asked for."""
         check_read_range(digest, offset, length)
-        target = self.download_targets([digest])[digest]
+        target = self._range_target(digest)
         if offset + length > target.size:
             raise short_blob_error(digest, offset, length, f"the registry at {self.url}", target.size)
         out = io.BytesIO()
         self._fetch(target, out, None, threading.Event(), offset=offset, length=length)
         return out.getvalue()
+
+    def _range_target(self, digest: str) -> Target:
+        """The download target of a blob read in ranges, asked of the server once per
+        ``RANGE_TARGET_SECONDS`` (a pull reads a pack in a dozen runs; a target a bucket
+        refuses meanwhile, expired, is asked for again by ``_fetch``)."""
+        now = time.monotonic()
+        with self._range_lock:
+            known = self._range_targets.get(digest)
+            if known is not None and now - known[1] < RANGE_TARGET_SECONDS:
+                return known[0]
+        target = self.download_targets([digest])[digest]
+        with self._range_lock:
+            if len(self._range_targets) >= 1024:
+                self._range_targets.clear()
+            self._range_targets[digest] = (target, now)
+        return target
 
     def _fetch(self, target: Target, writer: Any, progress: ProgressFn | None, stop: threading.Event, *,
                offset: int = 0, length: int | None = None) -> None:

@@ -130,6 +130,29 @@ def test_gc_keeps_every_pack_a_version_reads(reg_env, tiny, tmp_path):
     assert out.read_bytes() == tiny["ft"].read_bytes()
 
 
+def test_a_pack_cut_short_in_the_store_is_mended_by_pushing_again(reg_env, tiny, tmp_path):
+    """A pack lost or truncated in the store is not reused by the next push: its chunks are
+    packed again, and the same bundle pushed again writes the same pack, which mends the
+    version that reads from it."""
+    _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    pack = _packs(reg_env, "tiny@1").packs[0]
+    loc = reg_env.blob_location(pack.digest)
+    if isinstance(loc, Path):
+        loc.chmod(0o644)
+        loc.write_bytes(loc.read_bytes()[:pack.size // 2])
+    else:
+        client = reg_env.s3_client()
+        body = client.get_object(Bucket=loc[0], Key=loc[1])["Body"].read()
+        client.put_object(Bucket=loc[0], Key=loc[1], Body=body[:pack.size // 2])
+    r = reg_env.cli("pull", "tiny@1", "-o", tmp_path / "broken.pt2b", home=tmp_path / "client-broken")
+    assert r.returncode == 5, r.stderr
+    again = _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    assert again["version"] == 1 and again["uploaded_bytes"] >= pack.size     # the pack written again
+    out = tmp_path / "mended.pt2b"
+    _ok(reg_env.cli("pull", "tiny@1", "-o", out, "--json", home=tmp_path / "client-mended"))
+    assert out.read_bytes() == tiny["base"].read_bytes()
+
+
 # not on moto: storing 250 tiny blobs one PUT each is 13 s there, and S3 is covered by ``team``
 @pytest.mark.parametrize("reg_env", ["local", "server", pytest.param("team", marks=pytest.mark.integration),
                                      pytest.param("team-server", marks=pytest.mark.integration)], indirect=True)

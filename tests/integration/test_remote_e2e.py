@@ -315,6 +315,7 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
                     for d, t in real_targets(digests).items()}
 
         monkeypatch.setattr(store, "download_targets", stale)
+        store._range_targets.clear()     # the targets of ranged reads are reused for a minute
         seen.clear()
         with pytest.raises(IntegrityError) as exc:
             store.read_range(digest, len(data) - 10, 20)
@@ -324,6 +325,7 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
         assert_short(exc, digest, len(data) + 100, len(data) + 119)
         assert [status for _r, _h, status in seen] == [206, 416]
         monkeypatch.setattr(store, "download_targets", real_targets)
+        store._range_targets.clear()
 
         # truncated behind the server's back
         short = data[:4096]
@@ -338,5 +340,18 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
         with pytest.raises(IntegrityError) as exc:
             store.read_range(digest, 4000, 200)
         assert_short(exc, digest, 4000, 4199)
+
+        # a pull reads a pack in several runs: the server is asked where it is once
+        asked: list[list[str]] = []
+
+        def counted(digests):
+            asked.append(list(digests))
+            return real_targets(digests)
+
+        monkeypatch.setattr(store, "download_targets", counted)
+        store._range_targets.clear()
+        assert [store.read_range(digest, k * 1000, 1000) for k in range(4)] == [data[k * 1000:(k + 1) * 1000]
+                                                                               for k in range(4)]
+        assert asked == [[digest]]
     finally:
         store.client.close()
