@@ -82,8 +82,10 @@ def _mismatch(part: PackedPart, got: str) -> IntegrityError:
                           "pulled until the pack is restored (from a backup of the store)")
 
 
-def _read_run(blobs: BlobStore, parts: Sequence[PackedPart], run: list[int]) -> memoryview:
-    """Read one run and verify each chunk in it; the bytes, from the first chunk's pack offset."""
+def _read_run(blobs: BlobStore, parts: Sequence[PackedPart], run: list[int],
+              checked: Callable[[int, bool], None] | None = None) -> memoryview:
+    """Read one run and verify each chunk in it; the bytes, from the first chunk's pack offset.
+    ``checked(i, ok)`` for each chunk verified (the first that does not match raises)."""
     first = parts[run[0]]
     start = first.pack_offset
     end = max(parts[i].pack_offset + parts[i].size for i in run)
@@ -91,7 +93,10 @@ def _read_run(blobs: BlobStore, parts: Sequence[PackedPart], run: list[int]) -> 
     for i in run:
         p = parts[i]
         got = hashlib.sha256(data[p.pack_offset - start:p.pack_offset - start + p.size]).hexdigest()
-        if "sha256:" + got != p.digest:
+        ok = "sha256:" + got == p.digest
+        if checked is not None:
+            checked(i, ok)
+        if not ok:
             raise _mismatch(p, got)
     return data
 
@@ -131,8 +136,10 @@ def get_packed(blobs: BlobStore, fd: int, parts: Sequence[PackedPart], *, progre
     run_parallel(one, runs(parts), _workers(blobs))
 
 
-def check_packed(blobs: BlobStore, parts: Sequence[PackedPart]) -> None:
+def check_packed(blobs: BlobStore, parts: Sequence[PackedPart], *,
+                 checked: Callable[[int, bool], None] | None = None) -> None:
     """Verify that each chunk of ``parts`` is in its pack where the part says (a server checks a
     pusher's pack index this way before recording it); ``IntegrityError`` for the first that
-    is not, ``NotFoundError`` when a pack is not stored."""
-    run_parallel(lambda run: _read_run(blobs, parts, run), runs(parts), _workers(blobs))
+    is not, ``NotFoundError`` when a pack is not stored. ``checked(i, ok)`` as each part is
+    found to match or not (from several threads)."""
+    run_parallel(lambda run: _read_run(blobs, parts, run, checked), runs(parts), _workers(blobs))

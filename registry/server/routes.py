@@ -248,17 +248,32 @@ def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
     if not index:
         return
     known = state.meta.recorded_pack_entries([p.digest for p in index.packs])
-    todo = [PackedPart(e.chunk, 0, e.size, p.digest, e.offset) for p in index.packs for e in p.entries
-            if (e.chunk, p.digest, e.offset, e.size) not in known]
+    memo = state.pack_checks
+    unknown = [(PackedPart(e.chunk, 0, e.size, p.digest, e.offset), memo.key(e.chunk, p.digest, e.offset, e.size))
+               for p in index.packs for e in p.entries if (e.chunk, p.digest, e.offset, e.size) not in known]
+    verdicts = [memo.verdict(key) for _part, key in unknown]
+    if False in verdicts:
+        part = unknown[verdicts.index(False)][0]
+        raise IntegrityError(f"cannot publish {name}: its pack index is wrong: chunk {part.digest} is not at offset "
+                             f"{part.pack_offset} of pack {part.pack} (checked before); nothing was recorded",
+                             hint=_WRONG_INDEX_HINT)
+    todo = [u for u, v in zip(unknown, verdicts) if v is None]
+
+    def checked(i: int, ok: bool) -> None:
+        memo.record(todo[i][1], ok)
+        state.counters.add("pack_entries_checked", 1)
+
     try:
-        check_packed(state.blobs, todo)
+        check_packed(state.blobs, [part for part, _key in todo], checked=checked)
     except NotFoundError as exc:
         raise IntegrityError(f"cannot publish {name}: a pack its index names is not stored ({exc.message}); "
                              f"nothing was recorded", hint="push again (it uploads the packs)") from None
     except IntegrityError as exc:
         raise IntegrityError(f"cannot publish {name}: its pack index is wrong: {exc.message}; nothing was recorded",
-                             hint="push with pt2reg: the index must say where each chunk is in the packs it "
-                                  "uploaded") from None
+                             hint=_WRONG_INDEX_HINT) from None
+
+
+_WRONG_INDEX_HINT = "push with pt2reg: the index must say where each chunk is in the packs it uploaded"
 
 
 def _manifest_blobs(name: str, digest: str, manifest_json: str,

@@ -184,9 +184,13 @@ def server_env(request, tmp_path):
 
 def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
     """A pusher's index is a claim: one that places a chunk where the pack holds other bytes is
-    refused (exit 5, one line) and nothing is recorded, so no later push can reuse it."""
+    refused (exit 5, one line) and nothing is recorded, so no later push can reuse it. The
+    server remembers what it checked: the same false publish again is refused without reading
+    a pack, and the honest push reads only the entry it had not seen."""
     import dataclasses
     import hashlib
+
+    import httpx
 
     import registry.client.push as push
     from registry.client.transfer import NewPack
@@ -208,13 +212,26 @@ def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
                            *plan.index.packs[1:]))
         return dataclasses.replace(plan, packs=[*plan.packs, extra], index=index)
 
+    def checked() -> int:
+        answer = httpx.get(f"{server_env.url}/v1/stats", headers={"Authorization": f"Bearer {server_env.token}"})
+        return answer.json()["pack_entries_checked"]
+
     monkeypatch.setattr(push, "plan_upload", lying)
     r = server_env.cli("push", tiny["base"], "--name", "tiny")
     assert r.returncode == 5, r.stderr
     assert "cannot publish tiny: its pack index is wrong" in r.stderr and "nothing was recorded" in r.stderr
+    first = checked()
+    assert first >= 1
+    r = server_env.cli("push", tiny["base"], "--name", "tiny")        # again: refused from memory
+    assert r.returncode == 5 and "(checked before)" in r.stderr, r.stderr
+    assert checked() == first
     monkeypatch.undo()
     assert "tiny" not in server_env.cli("list").stdout
     assert _ok(server_env.cli("push", tiny["base"], "--name", "tiny", "--json"))["version"] == 1   # the honest push goes through
+    # what the first push found in place is not read again (the check stops at the first wrong
+    # entry, so how much of the rest it had read depends on the threads' order)
+    entries = sum(len(p.entries) for p in _packs(server_env, "tiny@1").packs)
+    assert checked() - first <= entries - (first - 1)
 
 
 def test_the_server_lends_no_pack_of_a_model_the_token_cannot_read(server_env, tiny, tmp_path):

@@ -262,3 +262,26 @@ def test_a_server_older_than_packs_means_no_packs(tmp_path):
     with pytest.raises(NotFoundError, match="model 'm'"):      # any other 404 is an error
         HttpMetadataStore(SimpleNamespace(post_json=missing_model, base_url="x")).locate_chunks(["sha256:" + "ab" * 32],
                                                                                               name="m")
+
+
+def test_the_servers_memory_of_checked_entries_is_bounded_and_forgets_failures(monkeypatch):
+    """``PackChecks``: a matched entry is remembered (least recently used forgotten first past
+    the limit); a failed one is refused for ``BAD_SECONDS``, then read again."""
+    from registry.server import state
+
+    checks = state.PackChecks(limit=3)
+    keys = [checks.key("sha256:" + "a" * 64, "sha256:" + "b" * 64, i, 10) for i in range(5)]
+    assert len(set(keys)) == 5 and all(checks.verdict(k) is None for k in keys)
+    for k in keys[:3]:
+        checks.record(k, True)
+    assert checks.verdict(keys[0]) is True          # used: now the most recent
+    checks.record(keys[3], True)                    # over the limit: keys[1] goes
+    assert [checks.verdict(k) for k in keys[:4]] == [True, None, True, True]
+    now = [1000.0]
+    monkeypatch.setattr(state.time, "monotonic", lambda: now[0])
+    checks.record(keys[4], False)
+    assert checks.verdict(keys[4]) is False
+    now[0] += state.PackChecks.BAD_SECONDS + 1
+    assert checks.verdict(keys[4]) is None          # the pack may have been mended since
+    checks.record(keys[4], True)
+    assert checks.verdict(keys[4]) is True
