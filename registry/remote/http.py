@@ -29,6 +29,7 @@ from .. import errors
 from ..config import normalize_url
 from ..constants import ENV_URL, VERSION
 from ..errors import NotAuthenticatedError, RegistryError, StoreError, UsageError, brief
+from .wire import CLIENT_FEATURES, FEATURES_HEADER
 
 __all__ = ["HttpClient", "error_from_body", "normalize_url", "same_origin", "without_query", "TIMEOUT", "ATTEMPTS"]
 
@@ -130,7 +131,8 @@ class HttpClient:
         self._backoff = backoff
         self._sleep = sleep
         self._client = httpx.Client(transport=transport, timeout=timeout, limits=POOL, follow_redirects=False,
-                                    headers={"User-Agent": f"pt2reg/{VERSION}"})
+                                    headers={"User-Agent": f"pt2reg/{VERSION}",
+                                             FEATURES_HEADER: ",".join(CLIENT_FEATURES)})
         self._closed = False
 
     def __repr__(self) -> str:  # never the token

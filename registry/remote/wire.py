@@ -19,9 +19,24 @@ from typing import Any, TypeVar
 
 from ..errors import StoreError
 
-__all__ = ["encode", "decode", "decode_list", "parse_datetime", "format_datetime"]
+__all__ = ["encode", "decode", "decode_list", "parse_datetime", "format_datetime", "FEATURES_HEADER",
+           "CLIENT_FEATURES", "client_features"]
 
 T = TypeVar("T")
+
+#: what a client can read, sent with every request: a server refuses to hand a version whose
+#: storage a client predates (packs) to one that does not say it reads it
+FEATURES_HEADER = "X-Pt2reg-Features"
+CLIENT_FEATURES = ("packs",)
+
+
+def client_features(header: str | None) -> frozenset[str]:
+    """The features a ``FEATURES_HEADER`` value names (comma-separated; none when absent).
+
+    >>> sorted(client_features(" packs, later "))
+    ['later', 'packs']
+    """
+    return frozenset(f.strip() for f in (header or "").split(",") if f.strip())
 
 
 def format_datetime(when: datetime) -> str:

@@ -25,6 +25,7 @@ from ..access.scopes import ADMIN, AUDIT_READ, Identity
 from ..access.tokens import looks_like_token
 from ..errors import AccessDeniedError, NotAuthenticatedError, NotFoundError, UsageError
 from ..refs import Ref, validate_digest, validate_name
+from ..remote.wire import FEATURES_HEADER, client_features
 from .limits import parse_json_body
 
 __all__ = ["Permission", "Call", "PERMISSION_ATTR", "public", "authenticated", "on_model",
@@ -247,7 +248,8 @@ async def _authorize(request: Request, permission: Permission) -> Call:
         identity.require(permission.action or "")
     elif permission.kind == "blobs":
         if not (permission.or_scope and identity.allows(permission.or_scope)):
-            await run_in_threadpool(_require_pullable, state.meta, identity, digests or [])
+            await run_in_threadpool(_require_pullable, state.meta, identity, digests or [],
+                                    "packs" in client_features(request.headers.get(FEATURES_HEADER)))
     return Call(identity, body, client_addr, query_host)
 
 
@@ -260,14 +262,18 @@ def _digest_list(raw: Any, limit: int) -> list[str]:
     return [validate_digest(d) for d in raw]
 
 
-def _require_pullable(meta: Any, identity: Identity, digests: list[str]) -> None:
-    """Every digest must belong to a version of a model ``identity`` may pull."""
+def _require_pullable(meta: Any, identity: Identity, digests: list[str], reads_packs: bool = True) -> None:
+    """Every digest must belong to a version of a model ``identity`` may pull. A client that
+    does not say it reads packs (``wire.FEATURES_HEADER``: one older than packs) asking for a
+    blob no version references is told it may be a chunk kept in a pack."""
     owners = meta.pullable_blob_models(sorted(set(digests)))
     for digest in digests:
         models = owners.get(digest)
         if not models:
             raise NotFoundError(f"blob {digest} not found: no version references it",
-                                what="blob", name=digest)
+                                what="blob", name=digest,
+                                hint=None if reads_packs else "a version pushed by a newer pt2-registry keeps its "
+                                "small tensors in packs, which this client predates: upgrade pt2-registry")
         if not any(identity.allows("pull", m) for m in models):
             # the models stay unnamed: which model a blob belongs to is not this token's to know
             raise AccessDeniedError(

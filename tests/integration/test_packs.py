@@ -263,3 +263,27 @@ def test_the_server_lends_no_pack_of_a_model_the_token_cannot_read(server_env, t
     assert r.returncode == 0, r.stderr
     c_packs = {p.digest for p in _packs(server_env, "team-c@1").packs}
     assert c_packs and not c_packs & a_packs   # (b's pack of the same chunks is the same blob)
+
+
+def test_a_client_older_than_packs_is_told_to_upgrade(server_env, tiny):
+    """A client that does not say it reads packs (every pt2reg before them) asking for a chunk
+    kept in a pack gets 404 with a hint to upgrade; pt2reg's client says it does."""
+    import httpx
+
+    from registry.remote.http import HttpClient
+
+    _ok(server_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    chunk = _packs(server_env, "tiny@1").packs[0].entries[0].chunk
+    auth = {"Authorization": f"Bearer {server_env.token}"}
+    old = httpx.post(f"{server_env.url}/v1/blobs/download", json={"digests": [chunk]}, headers=auth)
+    assert old.status_code == 404
+    error = old.json()["error"]
+    assert error["exit_code"] == 3 and "keeps its small tensors in packs" in error["hint"], error
+    new = httpx.post(f"{server_env.url}/v1/blobs/download", json={"digests": [chunk]},
+                     headers={**auth, "X-Pt2reg-Features": "packs"})
+    assert new.status_code == 404 and not new.json()["error"].get("hint")
+    client = HttpClient(server_env.url, server_env.token)
+    try:
+        assert "packs" in client._client.headers["X-Pt2reg-Features"].split(",")
+    finally:
+        client.close()
