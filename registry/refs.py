@@ -64,7 +64,7 @@ def validate_digests(digests: Iterable[str]) -> list[str]:
         return out
     for d in out:
         validate_digest(d)
-    raise AssertionError("digests failed the quick check but none alone")  # pragma: no cover
+    raise UsageError("invalid digests", hint="expected sha256:<64 lowercase hex>")  # pragma: no cover
 
 
 _PREFIX, _HEX_PART = operator.itemgetter(slice(0, 7)), operator.itemgetter(slice(7, None))
