@@ -141,7 +141,7 @@ class PackIndex:
             return cls()
         try:
             raw = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise _bad(f"not JSON ({exc})") from None
         if not isinstance(raw, dict) or set(raw) != {"packs"} or not isinstance(raw["packs"], list):
             raise _bad('not an object {"packs": [...]}')
@@ -248,5 +248,5 @@ def pack_blobs(text: str | None) -> set[tuple[str, int]]:
         return set()
     try:
         return {(str(p["digest"]), int(p["size"])) for p in json.loads(text)["packs"]}
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise _bad(f"unreadable ({exc})") from None

@@ -57,6 +57,7 @@ def _raw(**edit) -> str:
 @pytest.mark.parametrize("text, problem", [
     ("[]", "not an object"),
     ("{not json", "not JSON"),
+    ("[" * 200_000, "not JSON"),                                                  # nested past the recursion limit
     ('{"packs": [], "extra": 1}', "not an object"),
     (_raw(size=0), "not an integer >= 1"),
     (_raw(size=True), "not an integer"),

@@ -273,5 +273,12 @@ def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():
         except KeyError:
             pass
         assert gc.isenabled()
+        with gc_held(limit=0.05):                # however long the holds last: on again after the limit
+            assert not gc.isenabled()
+            deadline = __import__("time").monotonic() + 10
+            while not gc.isenabled() and __import__("time").monotonic() < deadline:
+                __import__("time").sleep(0.01)
+            assert gc.isenabled()
+        assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
