@@ -65,9 +65,12 @@ def runs(parts: Sequence[PackedPart], *, max_bytes: int = RUN_BYTES, gap: int = 
     pack, start, end = None, 0, 0
     for i in order:
         _digest, _offset, size, p_pack, p_at = parts[i]
-        if p_pack == pack and p_at <= end + gap and max(end, p_at + size) - start <= max_bytes:
+        stop = p_at + size
+        if stop < end:
+            stop = end
+        if p_pack == pack and p_at <= end + gap and stop - start <= max_bytes:
             run.append(i)
-            end = max(end, p_at + size)
+            end = stop
             continue
         run = [i]
         out.append(run)

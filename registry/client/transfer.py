@@ -243,13 +243,14 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
 def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = None) -> list[AnyPart]:
     """Where each chunk of ``member`` is read from: its own blob, or its pack (``located``)."""
     located = located or {}
+    new = tuple.__new__   # the named tuples built without their Python-level constructors
     out: list[AnyPart] = []
     offset = 0
     for sha, size in member.chunks:
         digest = "sha256:" + sha
         loc = located.get(digest)
-        out.append(PackedPart(digest, offset, size, loc.pack, loc.offset) if loc is not None and loc.size == size
-                   else Part(digest, offset, size))
+        out.append(new(PackedPart, (digest, offset, size, loc[0], loc[2])) if loc is not None and loc[3] == size
+                   else new(Part, (digest, offset, size)))
         offset += size
     return out
 
@@ -260,16 +261,19 @@ def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress
     reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
     ``parts[i]`` is complete. (The two one after the other: at once, they took as long on two
     cores, locally and against SeaweedFS, measured.)"""
-    packed = [i for i, p in enumerate(parts) if isinstance(p, PackedPart)]
-    own = [i for i, p in enumerate(parts) if not isinstance(p, PackedPart)]
+    packed: list[int] = []
+    own: list[int] = []
+    for i, p in enumerate(parts):
+        (packed if type(p) is PackedPart else own).append(i)
 
     def done(idx: list[int]) -> Callable[[int], None] | None:
         return None if on_done is None else (lambda j: on_done(idx[j]))
 
     if packed:
-        get_packed(blobs, fd, [cast(PackedPart, parts[i]) for i in packed], progress=progress, on_done=done(packed))
+        get_packed(blobs, fd, cast(list[PackedPart], [parts[i] for i in packed]), progress=progress,
+                   on_done=done(packed))
     if own:
-        blobs.get_parts(fd, [cast(Part, parts[i]) for i in own], progress=progress, on_done=done(own))
+        blobs.get_parts(fd, cast(list[Part], [parts[i] for i in own]), progress=progress, on_done=done(own))
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,

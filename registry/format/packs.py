@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import operator
 import re
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -76,7 +77,7 @@ class ChunkLocation(NamedTuple):
     size: int
 
 
-_OFFSET = operator.itemgetter(1)   # a PackEntry's offset
+_CHUNK, _OFFSET = operator.itemgetter(0), operator.itemgetter(1)   # a PackEntry's chunk, offset
 
 
 def _bad(message: str) -> UsageError:
@@ -100,8 +101,14 @@ class PackIndex:
         return bool(self.packs)
 
     def locations(self) -> dict[str, ChunkLocation]:
-        """``chunk digest -> ChunkLocation`` for every entry."""
-        return {e.chunk: ChunkLocation(p.digest, p.size, e.offset, e.size) for p in self.packs for e in p.entries}
+        """``chunk digest -> ChunkLocation`` for every entry (built by ``map`` in C: a pull of a
+        10,000-tensor program asks for 10,000 of them)."""
+        out: dict[str, ChunkLocation] = {}
+        for p in self.packs:
+            chunks, offsets, sizes = zip(*p.entries)
+            out.update(zip(chunks, map(tuple.__new__, repeat(ChunkLocation),
+                                       zip(repeat(p.digest), repeat(p.size), offsets, sizes))))
+        return out
 
     def blobs(self) -> set[tuple[str, int]]:
         """(digest, size) of every pack."""
@@ -166,7 +173,7 @@ class PackIndex:
                 raise _bad(f"more than {MAX_PACK_ENTRIES} chunks")
             entries = _entries_checked(p["chunks"], size)
             if entries is not None:
-                new = {e.chunk for e in entries}
+                new = set(map(_CHUNK, entries))
                 if len(new) == len(entries) and seen.isdisjoint(new):
                     seen |= new
                     packs.append(Pack(digest, size, entries))
@@ -205,7 +212,7 @@ def _entries_checked(chunks: list[Any], size: int) -> tuple[PackEntry, ...] | No
     otherwise (the caller walks them one by one to say what is wrong). Whole-list operations,
     no Python loop per entry: a version of a 10,000-tensor program has 10,000 entries, read at
     every pull."""
-    if not all(type(c) is list and len(c) == 3 for c in chunks):
+    if set(map(type, chunks)) != {list} or set(map(len, chunks)) != {3}:
         return None
     hexes, offsets, sizes = zip(*chunks)
     if set(map(type, hexes)) != {str} or set(map(len, hexes)) != {64} or not is_lower_hex("".join(hexes)):
@@ -218,8 +225,8 @@ def _entries_checked(chunks: list[Any], size: int) -> tuple[PackEntry, ...] | No
     order = sorted(range(len(chunks)), key=offsets.__getitem__)
     if not all(map(operator.le, [ends[k] for k in order[:-1]], [offsets[k] for k in order[1:]])):
         return None
-    return tuple(map(PackEntry, ["sha256:" + hexes[k] for k in order], [offsets[k] for k in order],
-                     [sizes[k] for k in order]))
+    return tuple(map(tuple.__new__, repeat(PackEntry), zip(["sha256:" + hexes[k] for k in order],
+                                                           [offsets[k] for k in order], [sizes[k] for k in order])))
 
 
 def stored_with_packs(chunks: Iterable[tuple[str, int]], index: PackIndex, *,

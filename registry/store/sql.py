@@ -26,7 +26,8 @@ import json
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, String, any_, bindparam, delete, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
@@ -1089,9 +1090,19 @@ class SqlMetadataStore:
 
         def work(s: Session) -> set[str]:
             found: set[str] = set()
+            dialect = s.get_bind().dialect.name
             for start in range(0, len(wanted), RECORDED_BATCH):
-                found.update(s.scalars(select(VersionBlobRow.blob_digest).distinct()
-                                       .where(VersionBlobRow.blob_digest.in_(wanted[start:start + RECORDED_BATCH]))))
+                batch = wanted[start:start + RECORDED_BATCH]
+                # one bound value for the whole batch where the database can unpack it (10,000
+                # bound parameters cost SQLAlchemy 20 ms, SQLite itself 8)
+                if dialect == "sqlite":
+                    listed = func.json_each(json.dumps(batch)).table_valued("value")
+                    among = VersionBlobRow.blob_digest.in_(select(listed.c.value))
+                elif dialect == "postgresql":
+                    among = VersionBlobRow.blob_digest == any_(bindparam("digests", batch, type_=ARRAY(String)))
+                else:
+                    among = VersionBlobRow.blob_digest.in_(batch)
+                found.update(s.scalars(select(VersionBlobRow.blob_digest).distinct().where(among)))
             return found
 
         return self._read(work)

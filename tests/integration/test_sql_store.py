@@ -416,3 +416,17 @@ def test_six_processes_publish_to_one_model_at_once(backend, request, tmp_path):
         prod = store.resolve("shared@prod").number
         assert prod in range(1, WORKERS + 1)
         assert store.alias_at("shared", "prod", datetime.now(timezone.utc) + timedelta(1)) == prod
+
+
+def test_recorded_blobs_answers_for_thousands_of_digests_at_once(store):
+    """``recorded_blobs`` (a push asks about every chunk): the digests some version records,
+    found among thousands asked for at once, in batches, on each database's own query."""
+    from registry.store import sql
+
+    publish(store, "team/rec", "r1", blobs=[(D("rec-a"), 10), (D("rec-b"), 20)])
+    publish(store, "team/rec", "r2", blobs=[(D("rec-b"), 20), (D("rec-c"), 30)])
+    asked = [D(f"none-{i}") for i in range(2 * sql.RECORDED_BATCH + 7)] + [D("rec-a"), D("rec-c"), D("rec-d")]
+    assert store.recorded_blobs(asked) == {D("rec-a"), D("rec-c")}
+    assert store.recorded_blobs([]) == set()
+    with pytest.raises(UsageError):
+        store.recorded_blobs([D("rec-a"), "sha256:nope"])

@@ -201,3 +201,17 @@ def test_a_chunked_members_identity_is_the_canonical_json_of_its_chunk_list():
     assert m.digest == digest_of_bytes(canonical_json([{"sha256": h, "size": n} for h, n in m.chunks]))
     odd = (("not hex \"quoted\"", 3), ("ab" * 32, 2 ** 70))    # the direct writer's fallback
     assert chunk_list_json(odd) == canonical_json([{"sha256": h, "size": n} for h, n in odd])
+
+
+def test_the_canonical_form_of_a_long_chunk_list_is_the_generic_encoders():
+    """``Manifest.canonical`` splices long chunk lists in, written directly: the bytes (and so
+    the digest) are exactly ``canonical_json``'s, whatever else the manifest holds, even text
+    that looks like the stand-in for a list."""
+    from registry.digests import canonical_json
+
+    for n in (1, 65, 3000):
+        raw = _chunked(n)
+        raw["metadata"] = {"k": "\x00chunks 0\x00", "note": "\u00e9t\u00e9 \u2028 \"quoted\" \\ back", "z": "[]"}
+        m = Manifest.from_raw(raw)
+        assert m.canonical == canonical_json(raw)
+        assert Manifest.from_bytes(json.dumps(raw, indent=1).encode()).canonical == canonical_json(raw)
