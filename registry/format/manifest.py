@@ -814,6 +814,11 @@ class Manifest:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ManifestError(f"invalid manifest: {problems[0]}{more}", problems=problems)
         order = raw.get("program_order") or sorted(raw["programs"])
+        try:
+            canonical = _canonical(raw)
+        except UnicodeEncodeError:  # "\ud800" parses as JSON but is no Unicode text
+            problem = "it holds a lone surrogate (a \\ud800-\\udfff escape alone), which is not Unicode text"
+            raise ManifestError(f"invalid manifest: {problem}", problems=[problem]) from None
         return cls(
             format=raw["format"], kind=raw["kind"],
             programs=MappingProxyType({name: ProgramSpec.from_json(name, raw["programs"][name]) for name in order}),
@@ -822,7 +827,7 @@ class Manifest:
             requirements=Requirements.from_json(raw["requirements"]),
             metadata=MappingProxyType(dict(raw["metadata"])),
             environment=Environment.from_json(raw["environment"]),
-            canonical=_canonical(raw), order_given="program_order" in raw)
+            canonical=canonical, order_given="program_order" in raw)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":

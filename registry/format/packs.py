@@ -105,6 +105,8 @@ class PackIndex:
         10,000-tensor program asks for 10,000 of them)."""
         out: dict[str, ChunkLocation] = {}
         for p in self.packs:
+            if not p.entries:
+                continue
             chunks, offsets, sizes = zip(*p.entries)
             out.update(zip(chunks, map(tuple.__new__, repeat(ChunkLocation),
                                        zip(repeat(p.digest), repeat(p.size), offsets, sizes))))

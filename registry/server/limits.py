@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -167,7 +168,32 @@ def parse_json_body(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         raise UsageError(f"request body must be a JSON object, not {type(value).__name__}")
     if _depth(value) > max_depth:
         raise UsageError(f"request body nests deeper than {max_depth} levels")
+    if _SURROGATE_ESCAPE.search(raw) and _lone_surrogate(value):
+        raise UsageError("request body holds a lone surrogate (a \\ud800-\\udfff escape alone), which is not "
+                         "Unicode text", hint="send UTF-8 text")
     return value
+
+
+#: how a surrogate is written in JSON (a pair is one character once parsed; one alone stays)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string (or key) in a parsed JSON value is not Unicode text, without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def _depth(value: Any) -> int:

@@ -215,3 +215,14 @@ def test_the_canonical_form_of_a_long_chunk_list_is_the_generic_encoders():
         m = Manifest.from_raw(raw)
         assert m.canonical == canonical_json(raw)
         assert Manifest.from_bytes(json.dumps(raw, indent=1).encode()).canonical == canonical_json(raw)
+
+
+def test_a_lone_surrogate_is_a_manifest_error_not_a_crash():
+    """JSON lets ``\\ud800`` stand alone; it is not Unicode text, so no canonical bytes exist."""
+    raw = minimal()
+    raw["metadata"] = {"k": "\ud800"}
+    with pytest.raises(ManifestError, match="lone surrogate") as info:
+        Manifest.from_bytes(json.dumps(raw).encode())
+    assert info.value.exit_code == 5
+    with pytest.raises(ManifestError, match="lone surrogate"):
+        Manifest.from_raw(_chunked(100) | {"metadata": {"k": "\udfff"}})

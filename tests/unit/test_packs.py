@@ -286,3 +286,8 @@ def test_the_servers_memory_of_checked_entries_is_bounded_and_forgets_failures(m
     assert checks.verdict(keys[4]) is None          # the pack may have been mended since
     checks.record(keys[4], True)
     assert checks.verdict(keys[4]) is True
+
+
+def test_a_pack_with_no_entries_has_no_locations():
+    index = PackIndex((Pack("sha256:" + "b" * 64, 1, ()), *_index().packs))
+    assert index.locations() == _index().locations()

@@ -133,3 +133,17 @@ def test_only_the_web_pages_take_the_session_cookie(app: Any) -> None:
             assert permission.session and permission.kind != "public", route.path
         else:
             assert not permission.session, route.path
+
+
+@pytest.mark.parametrize("raw", [b'{"a": "\\ud800"}', b'{"\\udfff": 1}', b'{"a": ["x", {"b": "\\uDC00z"}]}',
+                                 b'{"manifest_json": "{\\"k\\": \\"\\ud800\\"}"}'])
+def test_a_request_body_with_a_lone_surrogate_is_refused_as_bad_input(raw: bytes) -> None:
+    """JSON lets ``\\ud800`` stand alone, and a string holding it cannot be encoded again (a
+    publish hashes its manifest text): refused at the edge, 400, never a 500 later."""
+    from registry.errors import UsageError
+    from registry.server.limits import parse_json_body
+
+    with pytest.raises(UsageError, match="lone surrogate"):
+        parse_json_body(raw, max_depth=8)
+    assert parse_json_body(b'{"a": "\\ud83d\\ude00"}', max_depth=8) == {"a": "\U0001F600"}   # a pair
+    assert parse_json_body(b'{"a": "\\\\ud800"}', max_depth=8) == {"a": "\\ud800"}   # a backslash, then text
