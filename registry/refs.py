@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from .digests import is_lower_hex
+from .digests import all_hex64
 from .errors import UsageError
 
 __all__ = ["Ref", "validate_name", "validate_alias", "validate_digest", "validate_digests", "NAME_RE", "DIGEST_RE"]
@@ -59,8 +59,8 @@ def validate_digests(digests: Iterable[str]) -> list[str]:
     ['sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa']
     """
     out = list(digests)
-    if set(map(type, out)) <= {str} and set(map(len, out)) <= {71} \
-            and "".join(map(_PREFIX, out)) == "sha256:" * len(out) and is_lower_hex("".join(map(_HEX_PART, out))):
+    if set(map(type, out)) <= {str} and "".join(map(_PREFIX, out)) == "sha256:" * len(out) \
+            and all_hex64(list(map(_HEX_PART, out))):
         return out
     for d in out:
         validate_digest(d)

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 from itertools import repeat
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from ..digests import canonical_json, is_lower_hex
+from ..digests import all_hex64, canonical_json
 from ..errors import IntegrityError, UsageError
 from ..refs import validate_digest
 from .chunking import MIN_CHUNK
@@ -40,7 +39,6 @@ from .chunking import MIN_CHUNK
 __all__ = ["PACK_BELOW", "PACK_BYTES", "MAX_PACK_ENTRIES", "PackEntry", "Pack", "PackIndex", "ChunkLocation",
            "stored_with_packs", "pack_blobs"]
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 #: chunks smaller than this are stored in packs (the tensors ``format.chunking`` used to coalesce)
 PACK_BELOW = MIN_CHUNK
@@ -186,7 +184,7 @@ class PackIndex:
                 where = f"packs/{i}/chunks/{j}"
                 if not (isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and len(c[0]) == 64):
                     raise _bad(f"{where} is not [sha256 hex, offset, size]")
-                if not _HEX64.fullmatch(c[0]):
+                if not all_hex64([c[0]]):
                     raise _bad(f"{where}: {c[0]!r} is not 64 lowercase hex digits")
                 chunk = "sha256:" + c[0]
                 offset, n = _int(c[1], f"{where} offset", 0), _int(c[2], f"{where} size", 1)
@@ -217,7 +215,7 @@ def _entries_checked(chunks: list[Any], size: int) -> tuple[PackEntry, ...] | No
     if set(map(type, chunks)) != {list} or set(map(len, chunks)) != {3}:
         return None
     hexes, offsets, sizes = zip(*chunks)
-    if set(map(type, hexes)) != {str} or set(map(len, hexes)) != {64} or not is_lower_hex("".join(hexes)):
+    if not all_hex64(hexes):
         return None
     if set(map(type, offsets)) != {int} or set(map(type, sizes)) != {int}:
         return None
