@@ -93,9 +93,8 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
         if not m.chunks:
             whole.append(Part(m.digest, offset, m.size))
             continue
-        for sha, size in m.chunks:
-            part = Part("sha256:" + sha, offset, size)
-            offset += size
+        for sha, at, size in m.chunk_spans():
+            part = Part("sha256:" + sha, offset + at, size)
             if size >= PACK_BELOW:
                 whole.append(part)
             elif part.digest not in seen:
@@ -152,9 +151,9 @@ def _pack_groups(parts: list[Part]) -> list[list[Part]]:
     """The new small chunks (in bundle order) grouped into packs of at most ``PACK_BYTES``:
     each stretch of ``RUN_PACK`` bytes or more that lies back to back in the bundle file makes
     packs of its own (one range each), the shorter stretches are gathered together."""
-    stretches = split_where(parts, _back_to_back)
-    long = [s for s in stretches if sum(p.size for p in s) >= RUN_PACK]
-    scattered = [p for s in stretches if sum(p.size for p in s) < RUN_PACK for p in s]
+    stretches = [(s, sum(p.size for p in s)) for s in split_where(parts, _back_to_back)]
+    long = [s for s, n in stretches if n >= RUN_PACK]
+    scattered = [p for s, n in stretches if n < RUN_PACK for p in s]
     return [[s[i] for i in g] for s in [*long, scattered] if s
             for g in group_consecutive([p.size for p in s], PACK_BYTES)]
 
@@ -245,13 +244,11 @@ def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = N
     located = located or {}
     new = tuple.__new__   # the named tuples built without their Python-level constructors
     out: list[AnyPart] = []
-    offset = 0
-    for sha, size in member.chunks:
+    for sha, offset, size in member.chunk_spans():
         digest = "sha256:" + sha
         loc = located.get(digest)
         out.append(new(PackedPart, (digest, offset, size, loc[0], loc[2])) if loc is not None and loc[3] == size
                    else new(Part, (digest, offset, size)))
-        offset += size
     return out
 
 
