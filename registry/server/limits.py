@@ -179,20 +179,12 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _lone_surrogate(value: Any) -> bool:
-    """Whether a string (or key) in a parsed JSON value is not Unicode text, without recursion."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
+    """Whether a string (or key) in a parsed JSON value is not Unicode text: its UTF-8 encoding
+    fails (the value's nesting was checked first)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 
