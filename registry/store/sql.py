@@ -26,8 +26,7 @@ import json
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from sqlalchemy import Engine, String, any_, bindparam, delete, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
@@ -45,7 +44,7 @@ from ..access.tokens import hash_secret, new_secret, validate_owner
 from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
-from .engine import GC_LOCK_KEY, advisory_lock, make_engine, run_transaction
+from .engine import GC_LOCK_KEY, advisory_lock, in_batches, make_engine, run_transaction
 from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
                   TokenRow, VersionBlobRow, VersionPackRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
@@ -60,8 +59,6 @@ _STATUS_ACTIONS = {"deprecated": "deprecate", "yanked": "yank", "active": "resto
 
 #: how many of a model's latest versions a push looks for its small chunks in (their pack indexes)
 LOCATE_VERSIONS = 8
-#: digests per query when asking which blobs versions record (a push asks about every chunk)
-RECORDED_BATCH = 2000
 
 
 def _audit_details(audit_details: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -1090,18 +1087,7 @@ class SqlMetadataStore:
 
         def work(s: Session) -> set[str]:
             found: set[str] = set()
-            dialect = s.get_bind().dialect.name
-            for start in range(0, len(wanted), RECORDED_BATCH):
-                batch = wanted[start:start + RECORDED_BATCH]
-                # one bound value for the whole batch where the database can unpack it (10,000
-                # bound parameters cost SQLAlchemy 20 ms, SQLite itself 8)
-                if dialect == "sqlite":
-                    listed = func.json_each(json.dumps(batch)).table_valued("value")
-                    among = VersionBlobRow.blob_digest.in_(select(listed.c.value))
-                elif dialect == "postgresql":
-                    among = VersionBlobRow.blob_digest == any_(bindparam("digests", batch, type_=ARRAY(String)))
-                else:
-                    among = VersionBlobRow.blob_digest.in_(batch)
+            for among in in_batches(s, VersionBlobRow.blob_digest, wanted):
                 found.update(s.scalars(select(VersionBlobRow.blob_digest).distinct().where(among)))
             return found
 

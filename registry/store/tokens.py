@@ -22,6 +22,7 @@ from ..access.scopes import Identity, parse_scope
 from ..errors import NotAuthenticatedError, NotFoundError, UsageError
 from .audit_chain import format_ts, parse_ts
 from .audit_log import append_event
+from .engine import in_batches
 from .orm import TokenRow, VersionBlobRow, VersionRow, ModelRow, json_text, now_text
 
 __all__ = ["TOUCH_INTERVAL", "create", "revoke", "check", "touch", "blob_models",
@@ -112,12 +113,11 @@ def blob_models(s: Session, digests: Sequence[str]) -> dict[str, set[str]]:
     """``digest -> names of the models with a version that references it``, for the digests
     some version references (others are absent)."""
     found: dict[str, set[str]] = {}
-    wanted = sorted(set(digests))
-    for start in range(0, len(wanted), 500):
+    for among in in_batches(s, VersionBlobRow.blob_digest, sorted(set(digests))):
         for digest, name in s.execute(
                 select(VersionBlobRow.blob_digest, ModelRow.name).distinct()
                 .join(VersionRow, VersionRow.id == VersionBlobRow.version_id)
                 .join(ModelRow, ModelRow.id == VersionRow.model_id)
-                .where(VersionBlobRow.blob_digest.in_(wanted[start:start + 500]))):
+                .where(among)):
             found.setdefault(digest, set()).add(name)
     return found

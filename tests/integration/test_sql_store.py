@@ -421,11 +421,11 @@ def test_six_processes_publish_to_one_model_at_once(backend, request, tmp_path):
 def test_recorded_blobs_answers_for_thousands_of_digests_at_once(store):
     """``recorded_blobs`` (a push asks about every chunk): the digests some version records,
     found among thousands asked for at once, in batches, on each database's own query."""
-    from registry.store import sql
+    from registry.store import engine
 
     publish(store, "team/rec", "r1", blobs=[(D("rec-a"), 10), (D("rec-b"), 20)])
     publish(store, "team/rec", "r2", blobs=[(D("rec-b"), 20), (D("rec-c"), 30)])
-    asked = [D(f"none-{i}") for i in range(2 * sql.RECORDED_BATCH + 7)] + [D("rec-a"), D("rec-c"), D("rec-d")]
+    asked = [D(f"none-{i}") for i in range(2 * engine.IN_BATCH + 7)] + [D("rec-a"), D("rec-c"), D("rec-d")]
     assert store.recorded_blobs(asked) == {D("rec-a"), D("rec-c")}
     assert store.recorded_blobs([]) == set()
     with pytest.raises(UsageError):
