@@ -149,6 +149,31 @@ class BlobCache:
     def stamp_member(self, member: Member) -> None:
         self._stamp(self.member_path(member), member.digest)
 
+    # -- members verified where they lie in a local store (``blobs.inplace``) ------------------
+    def _in_place_stamp(self, member: Member) -> Path:
+        return self.root / blob_relpath(member.digest, under="verified-in-place")
+
+    @staticmethod
+    def _in_place_line(segments: Iterable[Any]) -> str:
+        """One line naming every segment and its file as it is now (identity: inode, size,
+        mtime, ctime), and this boot."""
+        text = "\n".join(" ".join(map(str, (s.offset, s.size, s.path, s.file_offset, *s.identity)))
+                         for s in segments)
+        return f"{digest_of_bytes(text.encode('utf-8', 'surrogateescape'))} {_BOOT_ID}\n"
+
+    def verified_in_place(self, member: Member, segments: Iterable[Any]) -> bool:
+        """Whether ``segments`` (``InPlaceSegment``: a member's chunks in a local store's files)
+        were all verified before, their files unchanged since (a stamp names each file's identity:
+        any write or ``chmod`` moves its ctime); ``stamp_in_place`` wrote it."""
+        try:
+            return self._in_place_stamp(member).read_text("ascii") == self._in_place_line(segments)
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def stamp_in_place(self, member: Member, segments: Iterable[Any]) -> None:
+        with atomic_write(self._in_place_stamp(member), fsync=False) as f:
+            f.write(self._in_place_line(segments).encode("ascii"))
+
     def _verify_member(self, member: Member) -> bool:
         path = self.member_path(member)
         if os.path.getsize(path) != member.size:
@@ -297,6 +322,9 @@ class MaterializedBundle:
     #: members still being fetched (a cold load, ``client.transfer.DeferredMembers``): their
     #: files are verified except in the records ``pending.unverified`` names; see ``settled``
     pending: Any = field(default=None, compare=False)
+    #: makes a member a complete, verified file in the cache on demand (``member_file``): a cold
+    #: load from a local store verifies some members' weights where they lie, leaving no file
+    complete: Callable[[str], Path] | None = field(default=None, compare=False)
 
     @property
     def digest(self) -> str:
@@ -313,7 +341,16 @@ class MaterializedBundle:
         """Records of member ``path`` whose bytes are not verified yet (raw weights torch maps)."""
         return self.pending.unverified.get(path, frozenset()) if self.pending is not None else frozenset()
 
+    def in_place(self, path: str) -> tuple[Any, ...]:
+        """Records of member ``path`` torch maps from a local store's files (``blobs.inplace``
+        segments) while this bundle is pending: not in ``member_file``'s file."""
+        return self.pending.in_place.get(path, ()) if self.pending is not None else ()
+
     def member_file(self, path: str) -> Path:
+        """The verified file of member ``path`` (while pending: see ``unverified`` and
+        ``in_place``); one verified where it lies in a local store is copied into the cache first."""
+        if path not in self.files and self.complete is not None and self.manifest.member(path) is not None:
+            self.files[path] = self.complete(path)
         try:
             return self.files[path]
         except KeyError as exc:

@@ -24,6 +24,7 @@ from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
 from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_parallel
+from .inplace import InPlaceFile, in_place_file
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_relpath, check_range,
                    check_read_range, checked_range, corrupt_blob_error, digest_from_relpath, open_range,
                    range_error, short_blob_error, unique_parts, verified_into)
@@ -251,6 +252,11 @@ class LocalBlobStore:
         """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
         with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
             pump(src, writer.write, progress=progress)
+
+    def in_place(self, digest: str, size: int | None = None) -> InPlaceFile | None:
+        """The blob's file, if its bytes may be read and mapped where they lie (this user's own
+        file that nobody else may write: ``blobs.inplace``), else None (copy it)."""
+        return in_place_file(self._path(digest), size=size)
 
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified file; ``NotFoundError`` if missing."""

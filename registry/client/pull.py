@@ -68,15 +68,21 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
-    pending = None
+    pending, complete = None, None
     located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
     if defer_weights:
         files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located)
+
+        def copy_member(path: str) -> Path:  # a member verified in place, wanted as a file after all
+            others = {m.path for m in manifest.members if m.path != path}
+            return fetch_members(manifest, blobs, cache, None, skip=others, located=located)[path]
+
+        complete = copy_member
     else:
         files = fetch_members(manifest, blobs, cache, progress, located=located)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
-    return dataclasses.replace(src, files=files, pending=pending)
+    return dataclasses.replace(src, files=files, pending=pending, complete=complete)
 
 
 def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | os.PathLike[str],

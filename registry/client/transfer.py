@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import mmap
 import os
 import threading
 from bisect import bisect_left
@@ -34,9 +35,11 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
 
 from ..atomic import atomic_write, new_temp
-from ..blobs.base import BlobStore, Part, ProgressFn, locked_progress, range_error
+from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, locked_progress, range_error
+from ..blobs.inplace import ALIGN as IN_PLACE_ALIGN
+from ..blobs.inplace import InPlaceFile, InPlaceSegment, NotInPlace, hash_in_place
 from ..blobs.packed import PackedPart, get_packed
-from ..errors import NotFoundError, UnsafeArchiveError
+from ..errors import IntegrityError, NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
@@ -332,10 +335,11 @@ class _MemberFetch:
         self._stop = False
         self._thread: threading.Thread | None = None
         dest.parent.mkdir(parents=True, exist_ok=True)
+        #: chunks verified where they lie in a local store, not copied here (``_in_place_parts``)
+        self.in_place: dict[int, InPlaceSegment] = {}
         self.fd, tmp = new_temp(dest)
         self.path = Path(tmp)
         try:
-            preallocate(self.fd, member.size)
             os.ftruncate(self.fd, member.size)  # full size from the start: it is mapped at that size
         except BaseException:
             self._discard()
@@ -349,9 +353,32 @@ class _MemberFetch:
                 self._done[indices[j]] = True
                 self._cond.notify_all()
 
-        if indices:
-            fetch_parts(self._blobs, self.fd, [self.parts[i] for i in indices], progress=self._progress,
-                        on_done=on_done)
+        here = [j for j, i in enumerate(indices) if i in self.in_place]
+        if len(here) < len(indices):
+            copied = [j for j, i in enumerate(indices) if i not in self.in_place]
+            fetch_parts(self._blobs, self.fd, [self.parts[indices[j]] for j in copied], progress=self._progress,
+                        on_done=lambda k: on_done(copied[k]))
+        if here:
+            def verify(j: int) -> None:
+                part = self.parts[indices[j]]
+                try:
+                    got = hash_in_place(self.in_place[indices[j]])
+                except NotInPlace as exc:  # replaced or rewritten since planned: torch may have mapped either
+                    raise IntegrityError(f"blob {part.digest} changed in {self._blobs.url} while being "
+                                         f"loaded ({exc})", hint="load again") from None
+                if got != part.digest[7:]:
+                    raise corrupt_blob_error(part.digest, got, self._blobs.url)
+                if self._progress is not None:
+                    self._progress(part.size)
+                on_done(j)
+
+            run_parallel(verify, here, WORKERS)
+
+    def verified(self, indices: Collection[int]) -> None:
+        """Count the chunks ``indices`` as verified already (checked in place before)."""
+        with self._cond:
+            for i in indices:
+                self._done[i] = True
 
     def fetch_range(self, lo: int, hi: int) -> None:
         """Fetch now (in this thread) every chunk overlapping bytes ``[lo, hi)`` not fetched yet."""
@@ -385,12 +412,17 @@ class _MemberFetch:
                     raise RuntimeError("chunks waited for were never fetched")
                 self._cond.wait(1.0)
 
-    def finish(self) -> Path:
-        """Wait for every chunk, then move the file into its cache path (read-only)."""
+    def finish(self) -> Path | None:
+        """Wait for every chunk, then move the file into its cache path (read-only); None when
+        chunks were verified in place: the file lacks them, and is removed (a load that mapped it
+        keeps its map)."""
         try:
             self.wait_for(range(len(self.parts)))
             if self._thread is not None:
                 self._thread.join()
+            if self.in_place:
+                self._discard()
+                return None
             os.close(self.fd)
             self.fd = -1
             os.chmod(self.path, 0o444)
@@ -425,12 +457,22 @@ class DeferredMembers:
     except in the records ``unverified`` names per member path: raw weights and constants that
     torch maps without reading them. ``wait`` finishes them and returns the final files;
     ``abort`` stops them and leaves nothing behind. Either must be called.
+
+    From a local store, a record whose chunks (one, or the pieces of a split tensor) lie in files
+    this user owns and nobody else may write is not copied: each chunk is hashed where it lies
+    and torch maps the record from there (``in_place``; ``blobs.inplace`` says why that is as
+    safe as the copy). Such a member gets no cache file: ``wait`` leaves it out of the files it
+    returns, and stamps the files as verified (``BlobCache.stamp_in_place``), so a later load
+    of the same unchanged files hashes nothing.
     """
 
     def __init__(self, fetches: list[_MemberFetch], files: dict[str, Path], cache: BlobCache,
                  unverified: dict[str, frozenset[str]]) -> None:
         self._fetches, self._files, self._cache = fetches, dict(files), cache
         self.unverified = unverified
+        #: per member path, its records whose bytes are verified where they lie in a local store
+        #: (``blobs.inplace``) rather than copied into its file, for torch to map from there
+        self.in_place = {f.member.path: tuple(sorted(f.in_place.values())) for f in fetches if f.in_place}
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._result: dict[str, Path] | None = None
@@ -447,7 +489,12 @@ class DeferredMembers:
             if self._result is None:
                 try:
                     for f in self._fetches:
-                        self._files[f.member.path] = f.finish()
+                        final = f.finish()
+                        if final is None:  # verified in place: no complete file (``complete``)
+                            self._files.pop(f.member.path, None)
+                            self._cache.stamp_in_place(f.member, self.in_place[f.member.path])
+                            continue
+                        self._files[f.member.path] = final
                         self._cache.stamp_member(f.member)
                 except BaseException:
                     for f in self._fetches:
@@ -466,16 +513,16 @@ class DeferredMembers:
                     f.abort()
 
 
-def _defer_plan(fetch: _MemberFetch, where: str) -> tuple[list[int], frozenset[str]]:
+def _defer_plan(fetch: _MemberFetch, where: str) -> tuple[list[int], frozenset[str], set[tuple[int, int]]]:
     """The chunks of a program member that hold nothing but the bytes of raw weights and
-    constants, and those records' names; read from the end records and central directory,
-    whose chunks are fetched (and verified) first. Nothing is deferred for a member that is
+    constants, those records' names, and the (offset, size) of every such record; read from the
+    end records and central directory, whose chunks are fetched (and verified) first. Nothing is deferred for a member that is
     not a canonical archive (the loader's vetting reports it)."""
     try:
         with open(fetch.path, "rb") as fp:
             spans = canonical_data_spans(fp, fetch.member.size, where=where, ensure=fetch.fetch_range)
     except UnsafeArchiveError:
-        return [], frozenset()
+        return [], frozenset(), set()
     payload = []
     for name, offset, size in spans:
         rel = name.split("/", 1)[1] if "/" in name else name
@@ -485,7 +532,54 @@ def _defer_plan(fetch: _MemberFetch, where: str) -> tuple[list[int], frozenset[s
     starts = sorted(fetch.parts[i].offset for i in deferred)  # each lies wholly inside one record
     records = frozenset(rel for rel, offset, size in payload
                         if (k := bisect_left(starts, offset)) < len(starts) and starts[k] < offset + size)
-    return deferred, records
+    return deferred, records, {(offset, size) for _rel, offset, size in payload}
+
+
+def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: Collection[tuple[int, int]],
+                    blobs: BlobStore) -> dict[int, InPlaceSegment]:
+    """Which deferred chunks are verified and mapped where they lie (a local store's
+    ``in_place``), each in a file usable in place: a chunk that is a whole record, at an offset
+    in its file that keeps the record's alignment; and the pieces of a split record, each its
+    own blob, every one but the last a whole number of pages (torch needs a record in one map:
+    ``inplace.map_together`` maps them side by side). The others are copied."""
+    find = getattr(blobs, "in_place", None)
+    if find is None:
+        return {}
+    files: dict[str, InPlaceFile | None] = {}
+
+    def segment(p: AnyPart) -> InPlaceSegment | None:
+        if type(p) is PackedPart:
+            key, at, size = p.pack, p.pack_offset, None
+        else:
+            key, at, size = p.digest, 0, p.size
+        if (at - p.offset) % IN_PLACE_ALIGN:
+            return None
+        if key not in files:
+            files[key] = find(key, size)
+        found = files[key]
+        if found is None or at + p.size > found.identity.size:
+            return None
+        return InPlaceSegment(p.offset, p.size, found.path, at, found.identity)
+
+    record_end = {offset: offset + size for offset, size in records}
+    order = sorted(deferred, key=lambda i: parts[i].offset)
+    out: dict[int, InPlaceSegment] = {}
+    k = 0
+    while k < len(order):
+        end = record_end.get(parts[order[k]].offset)
+        run = [order[k]]
+        while end is not None and parts[run[-1]].offset + parts[run[-1]].size < end and k + len(run) < len(order) \
+                and parts[order[k + len(run)]].offset == parts[run[-1]].offset + parts[run[-1]].size:
+            run.append(order[k + len(run)])
+        k += len(run)
+        if end is None or parts[run[-1]].offset + parts[run[-1]].size != end:
+            continue  # not a whole record in deferred chunks: copied
+        if len(run) > 1 and any(type(parts[i]) is PackedPart or parts[i].size % mmap.PAGESIZE for i in run[:-1]):
+            continue
+        found = [segment(parts[i]) for i in run]
+        if all(s is not None and (len(run) == 1 or s.file_offset == 0) for s in found):
+            out.update(zip(run, cast(list[InPlaceSegment], found)))
+    return out
 
 
 def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None,
@@ -507,7 +601,12 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
                 continue
             fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, located)
             fetches.append(fetch)
-            deferred, records = _defer_plan(fetch, f"member {m.path}")
+            deferred, records, spans = _defer_plan(fetch, f"member {m.path}")
+            fetch.in_place = _in_place_parts(fetch.parts, deferred, spans, blobs)
+            if not fetch.in_place:
+                preallocate(fetch.fd, m.size)
+            elif cache.verified_in_place(m, sorted(fetch.in_place.values())):
+                fetch.verified(fetch.in_place)  # their files unchanged since: not hashed again
             later = set(deferred)
             now = [i for i in range(len(fetch.parts)) if i not in later]
             fetch.start(now + deferred)

@@ -429,9 +429,10 @@ def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, d
     try:
         return src, torchrt.load_exported_program(  # a cache file: never written in place
             src.member_file(variant.member), variant.archive_name, label=label, program=spec.name,
-            map_weights=map_weights, unverified=src.unverified(variant.member))
+            map_weights=map_weights, unverified=src.unverified(variant.member),
+            elsewhere=src.in_place(variant.member))
     except torchrt.WeightsNotVerified:
-        src = src.settled()
+        src = src.settled()  # and a member verified in place is copied into the cache (member_file)
     return src, torchrt.load_exported_program(src.member_file(variant.member), variant.archive_name,
                                               label=label, program=spec.name, map_weights=map_weights)
 

@@ -30,11 +30,15 @@ import re
 import sys
 import threading
 import warnings
-from typing import Any, Collection, Iterable, Iterator
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator, Mapping
 
 from ..errors import IncompatibleError, InputValidationError, IntegrityError, NotFoundError, UsageError, brief
 from ..pt2.graph import BUILTIN_OP_NAMESPACES
 from ..pt2.op_effects import OpSchema
+
+if TYPE_CHECKING:
+    from ..blobs.inplace import InPlaceSegment
 
 __all__ = [
     "torch", "save_exported_program", "dim_names_of", "op_schema", "load_exported_program",
@@ -179,7 +183,8 @@ class WeightsNotVerified(Exception):
 
 def load_exported_program(path: str | os.PathLike, archive_name: str = "model", label: str | None = None,
                           program: str | None = None, map_weights: bool = False,
-                          unverified: Collection[str] = frozenset()) -> Any:
+                          unverified: Collection[str] = frozenset(),
+                          elsewhere: Iterable[InPlaceSegment] = ()) -> Any:
     """Deserialize one program from a verified, pickle-scanned `.pt2` file.
 
     ``label`` names the file for the user in errors (their bundle file or ref, their `.pt2`),
@@ -195,6 +200,10 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model", 
     it may run meanwhile; anything that would read one (a record torch copies: a pickled one,
     one not aligned to its dtype, one whose device is not the CPU) raises
     ``WeightsNotVerified`` before the read, and the caller waits and loads again.
+    ``elsewhere`` (with ``map_weights``): records whose bytes are not in ``path`` but in a local
+    store's file (``blobs.inplace``: a segment per record, its offset and size the record's);
+    each is mapped from that file, opened again and found unchanged (``WeightsNotVerified``
+    otherwise: the caller then loads a complete copy).
     """
     torch()
     from torch.export.pt2_archive._package import load_pt2  # private: multi-program archives
@@ -203,7 +212,7 @@ def load_exported_program(path: str | os.PathLike, archive_name: str = "model", 
     with torch_loading(f"program {program or archive_name!r}{where}",
                        "the program is damaged or was written by an incompatible torch",
                        hide=(path, label)), open(path, "rb") as f, \
-            _weights_mapped(f if map_weights else None, frozenset(unverified)):
+            _weights_mapped(f if map_weights else None, frozenset(unverified), elsewhere):
         contents = load_pt2(f)
     try:
         return contents.exported_programs[archive_name]
@@ -215,15 +224,18 @@ _MAPPING = threading.local()  # this thread's mapped file while load_pt2 runs, e
 
 
 @contextlib.contextmanager
-def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset()) -> Iterator[None]:
-    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``;
-    reading a record in ``unverified`` raises ``WeightsNotVerified`` instead."""
+def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset(),
+                    elsewhere: Iterable[InPlaceSegment] = ()) -> Iterator[None]:
+    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``
+    (the records ``elsewhere`` places over maps of their own files); reading a record in
+    ``unverified`` raises ``WeightsNotVerified`` instead."""
     if unverified:
         _install_read_guard()
         _MAPPING.unverified = unverified
+    _MAPPING.elsewhere = {s.offset: s for s in elsewhere}
     try:
         if f is None or not _install_mapped_file_map():
-            if unverified:  # torch copies every weight: each must be verified first
+            if unverified or _MAPPING.elsewhere:  # torch copies every weight: each must be verified first
                 raise WeightsNotVerified("weights are copied, not mapped")
             yield
             return
@@ -231,6 +243,7 @@ def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset()) -> Iterato
             yield
     finally:
         _MAPPING.unverified = frozenset()
+        _MAPPING.elsewhere = {}
 
 
 @contextlib.contextmanager
@@ -265,8 +278,9 @@ def _install_mapped_file_map() -> bool:
         def build_file_map(archive_reader: Any, config: Any, base_dir: str) -> dict[str, Any]:
             storage = getattr(_MAPPING, "storage", None)
             unverified = getattr(_MAPPING, "unverified", frozenset())
+            elsewhere = getattr(_MAPPING, "elsewhere", {})
             mapped = None if storage is None else _mapped_file_map(archive_reader, config, base_dir, storage,
-                                                                   unverified)
+                                                                   unverified, elsewhere)
             if mapped is None and unverified:  # torch's loader copies every record it lists
                 for meta in config.config.values():
                     _check_verified(os.path.join(base_dir, meta.path_name), unverified)
@@ -303,13 +317,15 @@ def _install_read_guard() -> None:
 
 
 def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: Any,
-                     unverified: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+                     unverified: frozenset[str] = frozenset(),
+                     elsewhere: Mapping[int, InPlaceSegment] | None = None) -> dict[str, Any] | None:
     """torch's ``_build_file_map`` with each raw record a view of ``storage`` (a map of the
     whole archive) at the record's data offset instead of a copy; None (torch's own loader then
     copies them all, or reports what is wrong) if a record is not aligned to its dtype, does not
     lie inside the file, or has no tensor metadata, or if neither this torch's archive reader nor
     the archive's central directory says where each record lies (torch 2.11's reader has no
-    ``get_record_size``: ``_directory_spans``)."""
+    ``get_record_size``: ``_directory_spans``). A record ``elsewhere`` holds (by its offset and
+    size) is a view of a map of that segment's file instead (``_segment_storage``)."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
         deserialize_device, deserialize_scalar_type, deserialize_size)
@@ -339,6 +355,8 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             return None
         planned.append((meta, dtype, width, offset, nbytes))
     file_map: dict[str, Any] = {}
+    files: dict[str, Any] = {}  # path -> map of a store file holding records in place
+    starts = sorted(elsewhere) if elsewhere else []
     for meta, dtype, width, offset, nbytes in planned:
         if meta.path_name in file_map:
             continue
@@ -346,8 +364,15 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
         if nbytes == 0:
             tensor = t.zeros(deserialize_size(tensor_meta.sizes), dtype=dtype)
         else:
+            base, at = storage, offset
+            if elsewhere:  # the file at ``storage`` lacks these bytes: never view it there
+                segments = _segments_of(elsewhere, starts, offset, nbytes, record=meta.path_name)
+                if len(segments) == 1:  # at the same offset modulo 16 (inplace.ALIGN)
+                    base, at = _segment_storage(segments[0], files), segments[0].file_offset
+                elif segments:  # the pieces of a split tensor, side by side
+                    base, at = _pieces_storage(segments), 0
             tensor = t.empty(0, dtype=dtype)
-            tensor.set_(storage[offset:offset + nbytes], 0, (nbytes // width,), (1,))
+            tensor.set_(base[at:at + nbytes], 0, (nbytes // width,), (1,))
         if tensor_meta.requires_grad:
             tensor.requires_grad_(True)
         device = deserialize_device(tensor_meta.device)
@@ -356,6 +381,56 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
             tensor = tensor.to(device)
         file_map[meta.path_name] = tensor
     return file_map
+
+
+def _segments_of(elsewhere: Mapping[int, InPlaceSegment], starts: list[int], offset: int, nbytes: int,
+                 record: str) -> list[InPlaceSegment]:
+    """The segments that tile the record at ``offset`` (``nbytes``) exactly, in order; none if
+    no segment overlaps it; ``WeightsNotVerified`` (load a complete copy) if some overlap it
+    without tiling it."""
+    k = bisect_left(starts, offset + nbytes) - 1
+    found: list[InPlaceSegment] = []
+    while k >= 0 and starts[k] + elsewhere[starts[k]].size > offset:
+        found.append(elsewhere[starts[k]])
+        k -= 1
+    found.reverse()
+    if found and (found[0].offset != offset or sum(s.size for s in found) != nbytes or
+                  any(a.offset + a.size != b.offset for a, b in zip(found, found[1:]))):
+        raise WeightsNotVerified(f"record {record} is not tiled by the segments held in place")
+    return found
+
+
+def _pieces_storage(segments: list[InPlaceSegment]) -> Any:
+    """One storage over the pieces of a split tensor, each mapped from its own store file."""
+    from ..blobs.inplace import NotInPlace, map_together
+
+    try:
+        region = map_together(segments)
+    except NotInPlace as exc:
+        raise WeightsNotVerified(str(exc)) from None
+    except OSError as exc:
+        raise WeightsNotVerified(f"cannot map the pieces of a record: {exc}") from None
+    return torch().frombuffer(region, dtype=torch().uint8).untyped_storage()
+
+
+def _segment_storage(segment: InPlaceSegment, files: dict[str, Any]) -> Any:
+    """A private map of the store file ``segment`` lies in (one per file and load), opened by
+    descriptor after checking it is still the file its bytes were (or will be) hashed in."""
+    from ..blobs.inplace import NotInPlace, open_in_place
+
+    if segment.path not in files:
+        try:
+            fd = open_in_place(segment.path, segment.identity)
+        except NotInPlace as exc:
+            raise WeightsNotVerified(str(exc)) from None
+        try:
+            files[segment.path] = torch().UntypedStorage.from_file(f"/proc/self/fd/{fd}", shared=False,
+                                                                   nbytes=segment.identity.size)
+        except (RuntimeError, OSError) as exc:
+            raise WeightsNotVerified(f"cannot map {segment.path}: {exc}") from None
+        finally:
+            os.close(fd)
+    return files[segment.path]
 
 
 def _directory_spans(size: int) -> dict[str, tuple[int, int]] | None:

@@ -79,7 +79,10 @@ def _weight_chunks(bundle_path: Path) -> set[str]:
 
 
 class HeldStore:
-    """The local store, with the chunks in ``held`` not delivered until ``release`` is set."""
+    """The local store, with the chunks in ``held`` not delivered until ``release`` is set
+    (all copied: none is verified in place)."""
+
+    in_place = None
 
     def __init__(self, inner, held: set[str]) -> None:
         self.inner, self.held = inner, held
@@ -140,8 +143,17 @@ def test_torch_deserializes_while_the_weights_are_still_fetching(home, weighty, 
     assert _leftovers(home) == [] and events.count("pull") == 1
 
 
+def _shared(home: Path) -> None:
+    """Make the store's files group-writable, as in a directory a team shares: none is used in
+    place (``test_load_in_place.py``), every chunk is copied into the cache."""
+    for p in (home / "store" / "blobs").rglob("*"):
+        if p.is_file():
+            os.chmod(p, 0o464)
+
+
 def test_registry_load_of_a_ref_overlaps_and_a_warm_load_needs_no_fetch(home, weighty, monkeypatch):
     path, x, expected = weighty
+    _shared(home)
     calls = _spy_loads(monkeypatch)
     with Registry() as reg:  # a crashed earlier fetch's temp file, and a live one's
         dest = reg.cache.member_path(next(m for m in BundleFile.open(path).manifest.members if m.chunks))

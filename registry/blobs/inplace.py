@@ -1,0 +1,177 @@
+"""Stored bytes used where they lie: a local store's blob files read and mapped in place.
+
+A cold ``registry.load`` from a local store on this machine need not copy a program's weights
+into the client cache: each weight chunk is hashed in the store file that holds it, and torch
+maps it from there (``runtime.torchrt``). That is as safe as the copy only if the bytes cannot
+change between the hash and their use, so a file is used in place only when
+
+* it is a regular file owned by this process's user, and
+* nobody else may write it: no group or other write bit (an ACL that grants a write shows in
+  the group bits too);
+
+and every later open of it (to hash it, to map it) must find the very file first seen: same
+device, inode, size, mtime and ctime (any write or ``chmod`` moves ctime, which no user call
+can set back). Only this user (or root) could then have changed it, and this user trusts their
+own files as they trust their cache. Anything else (another user's shared store, a file
+replaced meanwhile) is copied and verified on the way, as before.
+
+    >>> found = in_place_file("/srv/store/blobs/sha256/ab/ab12...", size=4096)  # doctest: +SKIP
+    >>> fd = open_in_place(found.path, found.identity)   # OSError if it is not that file now
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+import stat
+from typing import Any, NamedTuple, Sequence
+
+__all__ = ["MAPPABLE", "ALIGN", "FileIdentity", "map_together", "InPlaceFile", "InPlaceSegment", "NotInPlace", "in_place_file", "open_in_place",
+           "hash_in_place", "usable_in_place"]
+
+#: mapping a file by its open descriptor (never by a path that could be swapped meanwhile) needs
+#: ``/proc/self/fd``: elsewhere nothing is used in place
+MAPPABLE = os.path.isdir("/proc/self/fd")
+#: a segment used in place lies at the same offset modulo this in its file as in its member, so
+#: every record aligned for its dtype in the member is aligned in the file too (complex128: 16)
+ALIGN = 16
+
+
+class FileIdentity(NamedTuple):
+    """What tells one version of one file from any other: changed by any write or ``chmod``."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+class InPlaceFile(NamedTuple):
+    path: str
+    identity: FileIdentity
+
+
+class InPlaceSegment(NamedTuple):
+    """``size`` bytes at ``offset`` of a member, held at ``file_offset`` of a store file."""
+
+    offset: int
+    size: int
+    path: str
+    file_offset: int
+    identity: FileIdentity
+
+
+class NotInPlace(OSError):
+    """The file at a path is no longer the one first seen (replaced, written, re-permissioned)."""
+
+
+def identity_of(st: os.stat_result) -> FileIdentity:
+    return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def usable_in_place(st: os.stat_result) -> bool:
+    """A regular file this user owns and nobody else may write."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def in_place_file(path: str | os.PathLike, *, size: int | None = None) -> InPlaceFile | None:
+    """``path`` as it is now, if its bytes may be used in place (and it has ``size`` bytes
+    when given); None otherwise (missing, a link, another user's, writable by others)."""
+    if not MAPPABLE:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not usable_in_place(st) or (size is not None and st.st_size != size):
+        return None
+    return InPlaceFile(os.fspath(path), identity_of(st))
+
+
+def open_in_place(path: str, identity: FileIdentity) -> int:
+    """A read-only descriptor of ``path``, which must still be the file ``identity`` names and
+    still be usable in place; ``NotInPlace`` otherwise. The caller closes it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise NotInPlace(f"{path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if identity_of(st) != identity or not usable_in_place(st):
+            raise NotInPlace(f"{path} changed since it was first seen")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def hash_in_place(segment: InPlaceSegment) -> str:
+    """The sha256 (hex) of ``segment``'s bytes, read through a map of its file: one call that
+    runs without the GIL, so a busy Python thread (torch deserializing) does not slow it."""
+    fd = open_in_place(segment.path, segment.identity)
+    try:
+        if not segment.size:
+            return hashlib.sha256(b"").hexdigest()
+        if segment.file_offset + segment.size > segment.identity.size:
+            raise NotInPlace(f"{segment.path} is shorter than the bytes it should hold")
+        start = segment.file_offset - segment.file_offset % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(fd, segment.file_offset + segment.size - start, access=mmap.ACCESS_READ,
+                       offset=start) as m:
+            with memoryview(m) as view:
+                skip = segment.file_offset - start
+                with view[skip:skip + segment.size] as data:
+                    return hashlib.sha256(data).hexdigest()
+    finally:
+        os.close(fd)
+
+
+_PROT_NONE, _MAP_FIXED = 0, 0x10  # Linux (MAPPABLE is Linux only): in a range this module reserved itself
+
+
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def map_together(segments: Sequence[InPlaceSegment]) -> Any:
+    """One private (copy-on-write) map of several files side by side: the pieces of one split
+    tensor, each a whole blob file (``file_offset`` 0), every one but the last a whole number
+    of pages long. Returns a writable buffer over it that unmaps it when it is freed (what
+    ``torch.frombuffer`` keeps alive for as long as its tensors live). ``NotInPlace`` if a
+    file changed since it was first seen, ``OSError`` if the maps cannot be made."""
+    page = mmap.PAGESIZE
+    if any(s.file_offset % page or s.size % page for s in segments[:-1]) or segments[-1].file_offset % page:
+        raise NotInPlace("pieces that do not end on page boundaries cannot be mapped side by side")
+    total = sum(s.size for s in segments)
+    length = -(-total // page) * page
+    libc = _libc()
+    base = libc.mmap(None, length, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), f"cannot reserve {length} bytes of address space")
+    try:
+        at = 0
+        for s in segments:
+            fd = open_in_place(s.path, s.identity)
+            try:
+                size = -(-s.size // page) * page
+                got = libc.mmap(base + at, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | _MAP_FIXED,
+                                fd, s.file_offset)
+                if got != base + at:
+                    raise OSError(ctypes.get_errno(), f"cannot map {s.path}")
+            finally:
+                os.close(fd)
+            at += s.size
+    except BaseException:
+        libc.munmap(base, length)
+        raise
+
+    def unmap(self: Any, base: int = base, length: int = length, munmap: Any = libc.munmap) -> None:
+        munmap(base, length)
+
+    region = type("MappedFiles", (ctypes.c_char * total,), {"__del__": unmap})
+    return region.from_address(base)

@@ -1,0 +1,267 @@
+"""A cold ``registry.load`` from a local store on this machine uses the weights where they lie
+(``blobs.inplace``): each weight chunk is hashed in its store file and torch maps it from
+there, a split tensor's pieces side by side, so nothing is copied into the client cache. Only
+this user's files that nobody else may write qualify, each checked again (device, inode, size,
+mtime, ctime) whenever it is opened; anything else is copied as before. A corrupt chunk still
+fails the load (exit 5), and a later load of unchanged files hashes nothing again."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import registry  # noqa: E402
+from registry.blobs import inplace  # noqa: E402
+from registry.blobs.base import blob_relpath  # noqa: E402
+from registry.client import Registry  # noqa: E402
+from registry.errors import IntegrityError  # noqa: E402
+from registry.format.bundle import BundleFile  # noqa: E402
+from registry.runtime import torchrt  # noqa: E402
+
+PIECE = 512 * 1024
+
+
+class Split(torch.nn.Module):
+    """A 1 MiB weight and a 1.2 MB buffer, each cut into pieces (``PIECE``), a 256 KiB weight
+    that is one chunk, and small tensors (glue)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(512, 512)
+        self.c = torch.nn.Linear(512, 128)
+        self.norm = torch.nn.LayerNorm(128)
+        self.register_buffer("table", torch.randn(300, 1000))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.c(self.a(x))) + self.table[:1, :128]
+
+
+@pytest.fixture(scope="module")
+def split_bundle(tmp_path_factory: pytest.TempPathFactory):
+    from registry.bundler import bundle_exported_programs
+
+    torch.manual_seed(0)
+    model = Split().eval()
+    x = torch.randn(3, 512)
+    path = tmp_path_factory.mktemp("split") / "split.pt2b"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("registry.format.chunking.PIECE", PIECE)
+        bundle_exported_programs(path, {"m": torch.export.export(model, (x,))})
+    member = next(m for m in BundleFile.open(path).manifest.members if m.chunks)
+    assert sum(1 for _sha, n in member.chunks if n == PIECE) >= 3  # a.weight in 2, table in 3
+    with torch.no_grad():
+        return path, x, model(x)
+
+
+@pytest.fixture
+def home(tmp_path: Path, split_bundle, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """SQLite + a local store holding the bundle as t/m@1; the sandbox off (as for a bundle a
+    trusted key signed)."""
+    for var in [v for v in os.environ if v.startswith("PT2REG_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("PT2REG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PT2REG_SANDBOX", "off")
+    with Registry() as reg:
+        reg.push(split_bundle[0], "t/m")
+    return tmp_path / "home"
+
+
+def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths hashed in place, one per chunk."""
+    import registry.client.transfer as transfer
+
+    seen: list[str] = []
+    real = transfer.hash_in_place
+
+    def spy(segment):
+        seen.append(segment.path)
+        return real(segment)
+
+    monkeypatch.setattr(transfer, "hash_in_place", spy)
+    return seen
+
+
+def _mapped_from(address: int) -> str:
+    """The file /proc/self/maps names for the mapping holding ``address`` ('' if anonymous)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        m = re.match(r"([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$", line)
+        if m and int(m[1], 16) <= address < int(m[2], 16):
+            return m[3]
+    raise AssertionError(f"address {address:#x} is not mapped")
+
+
+def _members_cached(home: Path) -> list[Path]:
+    return [p for p in (home / "cache").rglob("*") if p.is_file() and "/members/" in str(p)]
+
+
+needs_proc = pytest.mark.skipif(not inplace.MAPPABLE, reason="in-place loads need /proc/self/fd (Linux)")
+
+
+@needs_proc
+def test_a_cold_load_maps_every_weight_from_the_store_and_copies_nothing(home, split_bundle, monkeypatch):
+    path, x, expected = split_bundle
+    hashed = _count_hashes(monkeypatch)
+    loaded = registry.load("t/m@1")
+    torch.testing.assert_close(loaded["m"](x), expected)
+    store = str(home / "store" / "blobs")
+    assert hashed and all(p.startswith(store) for p in hashed)
+    assert _members_cached(home) == []  # no copy of the program in the cache
+    module = loaded["m"]._module
+    params = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    for name in ("a.weight", "c.weight", "table"):  # split (2 and 3 pieces) and whole
+        where = _mapped_from(params[name].data_ptr())
+        assert where.startswith(store), (name, where)
+    # wanted as a file after all (here: asked for): copied into the cache, verified, exact
+    member = next(m for m in BundleFile.open(path).manifest.members if m.chunks)
+    file = loaded.source.member_file(member.path)
+    with BundleFile.open(path).open_member(member.path) as f:
+        assert file.read_bytes() == f.read()
+    assert _members_cached(home) == [file]
+
+
+@needs_proc
+def test_a_later_load_of_unchanged_files_hashes_nothing_and_a_changed_file_is_hashed_again(
+        home, split_bundle, monkeypatch):
+    _path, x, expected = split_bundle
+    hashed = _count_hashes(monkeypatch)
+    registry.load("t/m@1")
+    first = len(hashed)
+    again = registry.load("t/m@1")
+    torch.testing.assert_close(again["m"](x), expected)
+    assert len(hashed) == first  # the stamp: every file as it was when hashed
+    victim = Path(hashed[0])
+    os.chmod(victim, 0o400)  # moves its ctime: nothing else changed, still usable in place
+    third = registry.load("t/m@1")
+    torch.testing.assert_close(third["m"](x), expected)
+    assert len(hashed) == 2 * first and _members_cached(home) == []
+
+
+@needs_proc
+def test_a_corrupt_piece_in_place_fails_the_load_and_leaves_no_stamp(home, split_bundle, monkeypatch):
+    path, _x, _expected = split_bundle
+    member = next(m for m in BundleFile.open(path).manifest.members if m.chunks)
+    victim = "sha256:" + [sha for sha, n in member.chunks if n == PIECE][1]
+    blob = home / "store" / blob_relpath(victim)
+    os.chmod(blob, 0o644)
+    with open(blob, "r+b") as f:  # one bit, in place: same size, same owner
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 1]))
+    hashed = _count_hashes(monkeypatch)
+    with pytest.raises(IntegrityError, match=victim) as err:
+        registry.load("t/m@1")
+    assert err.value.exit_code == 5 and str(blob) in hashed
+    assert _members_cached(home) == [] and not list((home / "cache").rglob("verified-in-place/*/*"))
+    with Registry() as reg:
+        assert "pull" not in [e.action for e in reg.meta.events(model="t/m")]
+
+
+@needs_proc
+@pytest.mark.parametrize("mode", [0o464, 0o446])
+def test_a_store_file_others_may_write_is_copied_not_used_in_place(home, split_bundle, monkeypatch, mode):
+    """A shared store (group or other may write its files): every chunk is copied into the
+    cache and verified there, as before in-place loads."""
+    _path, x, expected = split_bundle
+    for p in (home / "store" / "blobs").rglob("*"):
+        if p.is_file():
+            os.chmod(p, mode)
+    hashed = _count_hashes(monkeypatch)
+    loaded = registry.load("t/m@1")
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert hashed == [] and len(_members_cached(home)) == 1
+
+
+@needs_proc
+def test_a_file_changed_before_torch_maps_it_makes_the_load_use_a_complete_copy(home, split_bundle, monkeypatch):
+    """What torch maps is opened again and must still be the file first seen; here it is not
+    (as if replaced meanwhile): the load waits, copies the member into the cache, verified,
+    and loads that instead."""
+    import sys
+
+    _path, x, expected = split_bundle
+    real = inplace.open_in_place
+    refused: list[str] = []
+
+    def replaced_for_torch(path, identity):  # the hash in place still finds the file unchanged
+        if sys._getframe(1).f_code.co_name == "hash_in_place":
+            return real(path, identity)
+        refused.append(path)
+        raise inplace.NotInPlace(f"{path} changed since it was first seen")
+
+    monkeypatch.setattr(inplace, "open_in_place", replaced_for_torch)
+    loads = []
+    real_load = torchrt.load_exported_program
+    monkeypatch.setattr(torchrt, "load_exported_program",
+                        lambda *a, **k: loads.append(bool(k.get("elsewhere"))) or real_load(*a, **k))
+    loaded = registry.load("t/m@1")
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert refused and loads == [True, False]
+    assert len(_members_cached(home)) == 1  # the complete copy it loaded
+
+
+def test_in_place_files_are_this_users_own_unshared_regular_files(tmp_path):
+    f = tmp_path / "blob"
+    f.write_bytes(b"x" * 5000)
+    os.chmod(f, 0o444)
+    found = inplace.in_place_file(f, size=5000)
+    assert (found is not None) == inplace.MAPPABLE
+    if found is None:
+        return
+    assert inplace.in_place_file(f, size=4999) is None
+    link = tmp_path / "link"
+    link.symlink_to(f)
+    assert inplace.in_place_file(link) is None
+    for mode in (0o664, 0o646, 0o466):
+        os.chmod(f, mode)
+        assert inplace.in_place_file(f) is None, oct(mode)
+    os.chmod(f, 0o600)
+    fresh = inplace.in_place_file(f)
+    assert fresh is not None
+    os.close(inplace.open_in_place(fresh.path, fresh.identity))
+    os.chmod(f, 0o400)  # any chmod or write moves ctime: no longer the file first seen
+    with pytest.raises(inplace.NotInPlace):
+        inplace.open_in_place(fresh.path, fresh.identity)
+    os.chmod(f, 0o600)
+    now = inplace.in_place_file(f)
+    other = tmp_path / "other"
+    other.write_bytes(b"x" * 5000)
+    os.replace(other, f)  # the same bytes, another file
+    with pytest.raises(inplace.NotInPlace):
+        inplace.open_in_place(now.path, now.identity)
+
+
+@needs_proc
+def test_hash_in_place_and_map_together_read_exactly_the_segments(tmp_path):
+    import hashlib
+    import mmap
+
+    page = mmap.PAGESIZE
+    data = [os.urandom(3 * page), os.urandom(2 * page), os.urandom(1000)]
+    files = []
+    for i, d in enumerate(data):
+        p = tmp_path / f"p{i}"
+        p.write_bytes(d)
+        os.chmod(p, 0o444)
+        files.append(inplace.in_place_file(p))
+    segs, at = [], 0
+    for f, d in zip(files, data):
+        segs.append(inplace.InPlaceSegment(at, len(d), f.path, 0, f.identity))
+        at += len(d)
+    odd = inplace.InPlaceSegment(0, 5000, files[0].path, page + 123, files[0].identity)
+    assert inplace.hash_in_place(odd) == hashlib.sha256(data[0][page + 123:page + 5123]).hexdigest()
+    region = inplace.map_together(segs)
+    t = torch.frombuffer(region, dtype=torch.uint8)
+    del region
+    assert bytes(t.numpy()) == b"".join(data)
+    t[0] = t[0] ^ 1  # copy-on-write: the file keeps its bytes
+    assert Path(files[0].path).read_bytes() == data[0]
+    with pytest.raises(inplace.NotInPlace):  # a piece that does not end on a page boundary
+        inplace.map_together([segs[2], segs[0]._replace(offset=1000)])
+    short = inplace.InPlaceSegment(0, 4 * page, files[1].path, 0, files[1].identity)
+    with pytest.raises(inplace.NotInPlace):
+        inplace.hash_in_place(short)
