@@ -390,18 +390,21 @@ def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
 
 def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry: Registry,
                 progress: Callable[[int], None] | None = None,
-                require_signature: Iterable[str] = (), defer_weights: bool = False) -> MaterializedBundle:
+                require_signature: Iterable[str] = (), defer_weights: bool = False,
+                in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
     """A bundle file or a registry ref, every member a verified local file.
 
     The trust policy is enforced first (a ref is resolved once; SignatureError, exit 5, before
     any blob is fetched); ``require_signature`` (public key paths) must then have signed it,
     and its keys count as trusted. A ``MaterializedBundle`` is taken as is, the policy enforced.
-    ``defer_weights``: a ref not cached may come back ``pending`` (``Registry.materialize``).
+    ``defer_weights``: a ref not cached may come back ``pending`` (``Registry.materialize``, and its
+    ``in_place``).
     """
     keys = list(require_signature)
     if isinstance(source, MaterializedBundle):
         return registry.enforce_trust(source, require_signature=keys)
     where = parse_source(source)
     if isinstance(where, Ref):
-        return registry.materialize(where, progress=progress, require_signature=keys, defer_weights=defer_weights)
+        return registry.materialize(where, progress=progress, require_signature=keys, defer_weights=defer_weights,
+                                    in_place=in_place)
     return registry.open_file(where, progress=progress, require_signature=keys)

@@ -5,9 +5,11 @@ into the client cache: each weight chunk is hashed in the store file that holds 
 maps it from there (``runtime.torchrt``). That is as safe as the copy only if the bytes cannot
 change between the hash and their use, so a file is used in place only when
 
-* it is a regular file owned by this process's user, and
+* it is a regular file owned by this process's user,
 * nobody else may write it: no group or other write bit (an ACL that grants a write shows in
-  the group bits too);
+  the group bits too), and
+* it is on a local filesystem (``LOCAL_FILESYSTEMS``): a blob deleted by another machine of a
+  network filesystem would leave its map stale, and the next page read would kill the process;
 
 and every later open of it (to hash it, to map it) must find the very file first seen: same
 device, inode, size, mtime and ctime (any write or ``chmod`` moves ctime, which no user call
@@ -21,10 +23,14 @@ replaced meanwhile) is copied and verified on the way, as before.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import mmap
 import os
+import platform
+import re
 import stat
+import weakref
 from typing import Any, NamedTuple, Sequence
 
 __all__ = ["MAPPABLE", "ALIGN", "FileIdentity", "map_together", "InPlaceFile", "InPlaceSegment", "NotInPlace", "in_place_file", "open_in_place",
@@ -33,6 +39,12 @@ __all__ = ["MAPPABLE", "ALIGN", "FileIdentity", "map_together", "InPlaceFile", "
 #: mapping a file by its open descriptor (never by a path that could be swapped meanwhile) needs
 #: ``/proc/self/fd``: elsewhere nothing is used in place
 MAPPABLE = os.path.isdir("/proc/self/fd")
+#: filesystems whose files stay readable through a map for as long as it lives (the inode is kept
+#: while mapped): anything else (NFS, SMB, FUSE, ...) is copied
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs",
+                               "bcachefs", "jfs", "reiserfs", "ramfs"})
+#: ``MAP_FIXED`` (``map_together``) where its value is 0x10: every Linux architecture but these
+_FIXED_ELSEWHERE = ("alpha", "parisc", "hppa")
 #: a segment used in place lies at the same offset modulo this in its file as in its member, so
 #: every record aligned for its dtype in the member is aligned in the file too (complex128: 16)
 ALIGN = 16
@@ -85,9 +97,52 @@ def in_place_file(path: str | os.PathLike, *, size: int | None = None) -> InPlac
         st = os.lstat(path)
     except OSError:
         return None
-    if not usable_in_place(st) or (size is not None and st.st_size != size):
+    if not usable_in_place(st) or (size is not None and st.st_size != size) or \
+            filesystem_type(st.st_dev, os.fspath(path)) not in LOCAL_FILESYSTEMS:
         return None
     return InPlaceFile(os.fspath(path), identity_of(st))
+
+
+def filesystem_type(dev: int, path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the filesystem holding ``path`` (on device ``dev``), from
+    ``/proc/self/mountinfo`` (or ``mountinfo``, its text): the mount of that device, else the
+    longest mount point above the path's real location; None if neither is found."""
+    by_dev, mounts = _parse_mounts(_mountinfo() if mountinfo is None else mountinfo)
+    if dev not in by_dev and mountinfo is None:  # mounted since it was read: read it again
+        _mountinfo.cache_clear()
+        by_dev, mounts = _parse_mounts(_mountinfo())
+    if dev in by_dev:
+        return by_dev[dev]
+    real = os.path.realpath(path)
+    best = max((m for m in mounts if real == m[0] or real.startswith(m[0].rstrip("/") + "/")),
+               key=lambda m: len(m[0]), default=None)
+    return best[1] if best else None
+
+
+@functools.lru_cache(maxsize=1)
+def _mountinfo() -> str:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_mounts(text: str) -> tuple[dict[int, str], list[tuple[str, str]]]:
+    """``({device: type}, [(mount point, type)])`` of mountinfo lines."""
+    by_dev: dict[int, str] = {}
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, kind = left.split(), right.split()
+        if not sep or len(fields) < 5 or not kind:
+            continue
+        major, _, minor = fields[2].partition(":")
+        if major.isdigit() and minor.isdigit():
+            by_dev.setdefault(os.makedev(int(major), int(minor)), kind[0])
+        mounts.append((re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4]), kind[0]))
+    return by_dev, mounts
 
 
 def open_in_place(path: str, identity: FileIdentity) -> int:
@@ -145,6 +200,8 @@ def map_together(segments: Sequence[InPlaceSegment]) -> Any:
     ``torch.frombuffer`` keeps alive for as long as its tensors live). ``NotInPlace`` if a
     file changed since it was first seen, ``OSError`` if the maps cannot be made."""
     page = mmap.PAGESIZE
+    if platform.machine().lower().startswith(_FIXED_ELSEWHERE):
+        raise NotInPlace("MAP_FIXED has another value on this architecture")
     if any(s.file_offset % page or s.size % page for s in segments[:-1]) or segments[-1].file_offset % page:
         raise NotInPlace("pieces that do not end on page boundaries cannot be mapped side by side")
     total = sum(s.size for s in segments)
@@ -170,8 +227,6 @@ def map_together(segments: Sequence[InPlaceSegment]) -> Any:
         libc.munmap(base, length)
         raise
 
-    def unmap(self: Any, base: int = base, length: int = length, munmap: Any = libc.munmap) -> None:
-        munmap(base, length)
-
-    region = type("MappedFiles", (ctypes.c_char * total,), {"__del__": unmap})
-    return region.from_address(base)
+    region = (ctypes.c_char * total).from_address(base)
+    weakref.finalize(region, libc.munmap, base, length)  # when the last view of it is gone
+    return region

@@ -8,7 +8,7 @@ outside tolerance (the bundle loaded and ran, but its numbers differ on this tar
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -37,13 +37,16 @@ def _console() -> Any:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
-def _open(app: App, source: str, pubkeys: tuple[str, ...], *, defer_weights: bool = False) -> MaterializedBundle:
+def _open(app: App, source: str, pubkeys: tuple[str, ...], *, defer_weights: bool = False,
+          in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
     """The bundle file or ref as verified files, the trust policy and ``--require-signature``
     keys enforced (exit 5 before anything is loaded). ``defer_weights``: a ref not cached may
-    come back with its raw weights still being fetched (``load_bundle`` settles it)."""
+    come back with its raw weights still being fetched (``load_bundle`` settles it), used where
+    they lie in a local store where ``in_place`` allows."""
     from ..sources import open_source
 
-    return open_source(source, registry=app.registry, require_signature=pubkeys, defer_weights=defer_weights)
+    return open_source(source, registry=app.registry, require_signature=pubkeys, defer_weights=defer_weights,
+                       in_place=in_place)
 
 
 def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
@@ -239,7 +242,11 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     if output_file and not inputs_file:
         raise UsageError("--output needs --inputs")
     # a cold run fetches the weights while the checks below and torch's deserialization run
-    src = _open(app, source, pubkeys, defer_weights=True)
+    from ..runtime.loader import sandboxed_first
+    from ..runtime.sandbox import SandboxConfig
+
+    sandbox = SandboxConfig.from_env(app.settings.cache_dir, imports=imports, libraries=libraries)
+    src = _open(app, source, pubkeys, defer_weights=True, in_place=lambda s: not sandboxed_first(s, sandbox))
     try:
         _run_loaded(app, src, program, inputs_file, output_file, samples, device, imports, libraries,
                     trust_pickle, trust_native, as_json)

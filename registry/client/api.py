@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..blobs.base import ProgressFn
 from ..config import Settings, actor, hostname
@@ -189,7 +189,8 @@ class Registry:
 
     def materialize(self, ref: str | Ref | Located, *, progress: ProgressFn | None = None,
                     record: str | None = "pull", require_signature: Sequence[str] = (),
-                    defer_weights: bool = False) -> MaterializedBundle:
+                    defer_weights: bool = False,
+                    in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
         """Resolve ``ref`` (once) and make every member a verified file in the local cache.
 
         The trust policy is enforced first: a model a rule names must carry a valid signature
@@ -202,7 +203,10 @@ class Registry:
         program members' raw weight bytes still being fetched and verified in the background
         (``client.transfer.fetch_members_deferred``); the caller must ``settled()`` it (or
         ``pending.abort()``) while this registry is open. The audit record is written once
-        every member is complete.
+        every member is complete. ``in_place`` (with ``defer_weights``; default: always): whether
+        the weights of this bundle (trust enforced) may be verified and used where they lie in a
+        local store rather than copied (``blobs.inplace``): not when the caller will want the
+        files complete before deserializing (the loader's first-load sandbox).
         """
         where = ref if isinstance(ref, Located) else self.locate(ref)
 
@@ -215,7 +219,8 @@ class Registry:
             assert where.version is not None
             with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
                 src = fetch_version(self.meta, self.blobs, self.cache, where.version,
-                                    enforce_trust=enforce, progress=progress, defer_weights=defer_weights)
+                                    enforce_trust=enforce, progress=progress, defer_weights=defer_weights,
+                                    in_place=in_place)
         if record and src.version is None and self._meta is None:  # served from the cache alone
             self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
                                ref=str(where.ref))

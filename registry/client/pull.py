@@ -57,10 +57,12 @@ class PullResult:
 
 def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord, *,
                   enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
-                  progress: ProgressFn | None = None, defer_weights: bool = False) -> MaterializedBundle:
+                  progress: ProgressFn | None = None, defer_weights: bool = False,
+                  in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
     """Every member of ``version`` as a verified file in ``cache``. ``enforce_trust`` (the
     trust policy) sees the digest and signatures before any blob is fetched. ``defer_weights``:
-    raw weight chunks may still be fetching when this returns (``src.pending``)."""
+    raw weight chunks may still be fetching when this returns (``src.pending``); ``in_place``
+    (default: always) whether they may be verified where they lie in a local store."""
     manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
     if manifest.digest != version.digest:
         raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
@@ -71,7 +73,8 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     pending, complete = None, None
     located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
     if defer_weights:
-        files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located)
+        files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located,
+                                                in_place=in_place is None or in_place(src))
 
         def copy_member(path: str) -> Path:  # a member verified in place, wanted as a file after all
             others = {m.path for m in manifest.members if m.path != path}

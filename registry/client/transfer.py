@@ -379,6 +379,8 @@ class _MemberFetch:
         with self._cond:
             for i in indices:
                 self._done[i] = True
+        if self._progress is not None:
+            self._progress(sum(self.parts[i].size for i in indices))
 
     def fetch_range(self, lo: int, hi: int) -> None:
         """Fetch now (in this thread) every chunk overlapping bytes ``[lo, hi)`` not fetched yet."""
@@ -583,7 +585,7 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
 
 
 def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None,
-                           located: Mapping[str, ChunkLocation] | None = None
+                           located: Mapping[str, ChunkLocation] | None = None, *, in_place: bool = True
                            ) -> tuple[dict[str, Path], DeferredMembers | None]:
     """``fetch_members`` for a load that overlaps the fetch of the weights with deserializing.
 
@@ -602,7 +604,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
             fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, located)
             fetches.append(fetch)
             deferred, records, spans = _defer_plan(fetch, f"member {m.path}")
-            fetch.in_place = _in_place_parts(fetch.parts, deferred, spans, blobs)
+            fetch.in_place = _in_place_parts(fetch.parts, deferred, spans, blobs) if in_place else {}
             if not fetch.in_place:
                 preallocate(fetch.fd, m.size)
             elif cache.verified_in_place(m, sorted(fetch.in_place.values())):

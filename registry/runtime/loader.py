@@ -401,7 +401,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     from .sandbox import vet_programs
 
     if src.pending is not None and (not map_weights or any(v.kind == "aoti" for _, v in chosen) or
-                                    (config.enabled and not src.trusted_signers)):
+                                    sandboxed_first(src, config)):
         src = src.settled()  # torch (or the sandbox's child) would read the weights: all verified first
     vet_programs(src, chosen, device, config)
     programs = []
@@ -412,6 +412,14 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     loaded = {spec.name: LoadedProgram(spec, variant, device, _on_device(program, spec, variant, device))
               for spec, variant, program in programs}
     return LoadedBundle(src, report, target, device, loaded)
+
+
+def sandboxed_first(src: MaterializedBundle, config: Any) -> bool:
+    """Whether the first-load sandbox's child (``config``: a ``SandboxConfig``) may deserialize
+    ``src``'s programs before this process does (none of its signers is trusted): its member
+    files are then settled, complete, before anything is deserialized, so a cold load should
+    copy them, not use them in place (``Registry.materialize(in_place=...)``)."""
+    return bool(config.enabled and not src.trusted_signers)
 
 
 def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
@@ -499,8 +507,9 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
     # comes back with its raw weights still being fetched (``src.pending``) while torch
     # deserializes the rest: the registry stays open until load_bundle has settled it
     with Registry(cache_dir=cache_dir) as reg:
-        src = open_source(source, registry=reg, require_signature=require_signature, defer_weights=map_weights)
         sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
+        src = open_source(source, registry=reg, require_signature=require_signature, defer_weights=map_weights,
+                          in_place=lambda s: not sandboxed_first(s, sandbox))
         try:
             return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
                                trust_native=trust_native, sandbox=sandbox, map_weights=map_weights)

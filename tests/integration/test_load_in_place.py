@@ -177,6 +177,19 @@ def test_a_store_file_others_may_write_is_copied_not_used_in_place(home, split_b
 
 
 @needs_proc
+def test_a_bundle_the_first_load_sandbox_vets_is_copied_not_used_in_place(home, split_bundle, monkeypatch):
+    """No trusted key signed it and the sandbox is on: its child needs the complete file before
+    anything is deserialized, so the weights are copied (and hashed) once, not hashed in place
+    and then copied."""
+    _path, x, expected = split_bundle
+    monkeypatch.setenv("PT2REG_SANDBOX", "on")
+    hashed = _count_hashes(monkeypatch)
+    loaded = registry.load("t/m@1")
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert hashed == [] and len(_members_cached(home)) == 1
+
+
+@needs_proc
 def test_a_file_changed_before_torch_maps_it_makes_the_load_use_a_complete_copy(home, split_bundle, monkeypatch):
     """What torch maps is opened again and must still be the file first seen; here it is not
     (as if replaced meanwhile): the load waits, copies the member into the cache, verified,
@@ -265,3 +278,21 @@ def test_hash_in_place_and_map_together_read_exactly_the_segments(tmp_path):
     short = inplace.InPlaceSegment(0, 4 * page, files[1].path, 0, files[1].identity)
     with pytest.raises(inplace.NotInPlace):
         inplace.hash_in_place(short)
+
+
+def test_only_local_filesystems_hold_files_used_in_place():
+    mountinfo = "\n".join([
+        "22 1 8:1 / / rw,relatime - ext4 /dev/vda rw",
+        "30 22 0:40 / /mnt/team\\040store rw - nfs4 srv:/export rw,vers=4.2",
+        "31 22 0:41 / /mnt/fuse rw - fuse.sshfs host:/ rw",
+        "32 22 0:42 / /dev/shm rw - tmpfs tmpfs rw",
+        "garbage line without a separator",
+    ])
+    ext4, nfs = os.makedev(8, 1), os.makedev(0, 40)
+    assert inplace.filesystem_type(ext4, "/srv/x", mountinfo) == "ext4"
+    assert inplace.filesystem_type(nfs, "/anything", mountinfo) == "nfs4"  # by device, whatever the path
+    assert inplace.filesystem_type(os.makedev(0, 99), "/mnt/team store/blobs/x", mountinfo) == "nfs4"
+    assert inplace.filesystem_type(os.makedev(0, 99), "/mnt/fuse/a", mountinfo) == "fuse.sshfs"
+    assert inplace.filesystem_type(os.makedev(0, 99), "/dev/shm/x", mountinfo) == "tmpfs"
+    assert {"nfs4", "fuse.sshfs", None}.isdisjoint(inplace.LOCAL_FILESYSTEMS)
+    assert {"ext4", "xfs", "tmpfs", "overlay"} <= inplace.LOCAL_FILESYSTEMS
