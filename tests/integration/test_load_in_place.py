@@ -162,6 +162,33 @@ def test_a_corrupt_piece_in_place_fails_the_load_and_leaves_no_stamp(home, split
 
 
 @needs_proc
+def test_pt2reg_run_uses_the_weights_in_place_and_a_corrupt_piece_is_exit_5(home, split_bundle, tmp_path):
+    """The CLI contract: ``run`` of a ref from a local store loads in place and prints the
+    exported outputs; with a piece damaged in the store, exit 5 and one line naming the blob."""
+    from tests.cli_inprocess import run_in_process
+
+    path, x, expected = split_bundle
+    inputs, out = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save((x,), inputs)
+    ok = run_in_process("run", "t/m@1", "--inputs", str(inputs), "--output", str(out), "--json")
+    assert ok.returncode == 0, ok.stderr
+    torch.testing.assert_close(torch.load(out)[0], expected)
+    assert _members_cached(home) == []
+    member = next(m for m in BundleFile.open(path).manifest.members if m.chunks)
+    victim = "sha256:" + [sha for sha, n in member.chunks if n == PIECE][0]
+    blob = home / "store" / blob_relpath(victim)
+    os.chmod(blob, 0o644)
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))  # in place: same inode, owner and size
+    bad = run_in_process("run", "t/m@1", "--inputs", str(inputs), "--output", str(tmp_path / "bad.pt"))
+    assert bad.returncode == 5, (bad.stdout, bad.stderr)
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) <= 2 and victim in lines[0] and "corrupt" in lines[0], lines
+    assert not (tmp_path / "bad.pt").exists()
+
+
+@needs_proc
 @pytest.mark.parametrize("mode", [0o464, 0o446])
 def test_a_store_file_others_may_write_is_copied_not_used_in_place(home, split_bundle, monkeypatch, mode):
     """A shared store (group or other may write its files): every chunk is copied into the
