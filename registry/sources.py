@@ -40,7 +40,7 @@ from .refs import Ref
 if TYPE_CHECKING:  # the client sits above this module: only its type is named here
     from .client import Registry
 
-__all__ = ["MaterializedBundle", "BlobCache", "AuditSpool", "materialize_file", "looks_like_file",
+__all__ = ["MaterializedBundle", "PinnedManifest", "BlobCache", "AuditSpool", "materialize_file", "looks_like_file",
            "parse_source", "open_source"]
 
 
@@ -222,22 +222,47 @@ class BlobCache:
         with open(self.path(digest), "rb") as f:
             return sha256_stream(f)[0] == hex_of(digest)
 
-    def pinned_bundle(self, ref: Ref) -> MaterializedBundle | None:
-        """A digest-pinned ref whose manifest and members are all cached intact, and which the
-        database resolved under this model name on this machine before: no DB, no store."""
+    def pinned(self, ref: Ref) -> Manifest | None:
+        """The cached manifest of a digest-pinned ref the database resolved under this model name
+        on this machine before; None otherwise (the database decides)."""
         if ref.digest is None or not self.has(ref.digest) or ref.name not in self.names(ref.digest):
             return None  # not cached, or never resolved under this model name here: the database decides
         data = self.path(ref.digest).read_bytes()
         if digest_of_bytes(data) != ref.digest:
             self.evict(ref.digest)
             return None
-        manifest = Manifest.from_bytes(data)
+        return Manifest.from_bytes(data)
+
+    def pinned_bundle(self, ref: Ref, manifest: Manifest | None = None) -> MaterializedBundle | None:
+        """A digest-pinned ref whose manifest (``pinned``, or ``manifest`` it returned) and
+        members are all cached intact: no DB, no store."""
+        manifest = manifest or self.pinned(ref)
+        if manifest is None:
+            return None
         files = {}
         for m in manifest.members:
             if not self.usable_member(m):  # a damaged entry is evicted: fetched again
                 return None
             files[m.path] = self.member_path(m)
         return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name)
+
+    def pinned_manifest(self, ref: Ref, manifest: Manifest) -> PinnedManifest | None:
+        """For a digest pin ``pinned_bundle`` cannot serve (some member not cached, e.g. its
+        weights used in place in a local store): its cached ``manifest`` (``pinned``) with the
+        signatures and the pack index the database gave with it; None when the index was not
+        kept (the database decides)."""
+        assert ref.digest is not None
+        try:
+            packs = json.loads(self._doc_path("packs", ref.digest).read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(packs, dict) or not isinstance(packs.get("index"), (str, type(None))):
+            return None
+        return PinnedManifest(manifest, self.signatures(ref.digest), packs["index"])
+
+    def remember_packs(self, digest: str, packs_json: str | None) -> None:
+        """Keep a version's pack index (its stored JSON, None for none) beside its manifest."""
+        self._write_doc("packs", digest, {"index": packs_json})
 
     # -- what the database said about a digest, kept beside its blobs ---------------------------
     def _doc_path(self, kind: str, digest: str) -> Path:
@@ -304,6 +329,15 @@ class AuditSpool:
             except (ValueError, KeyError, TypeError):
                 continue  # a torn last line from a killed process: nothing to record
         claimed.unlink()
+
+
+@dataclass(frozen=True)
+class PinnedManifest:
+    """What the cache kept of a version: its manifest, signatures and pack index JSON."""
+
+    manifest: Manifest
+    signatures: list[dict[str, Any]]
+    packs_json: str | None
 
 
 @dataclass(frozen=True)

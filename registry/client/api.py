@@ -23,7 +23,7 @@ from ..refs import Ref, validate_alias, validate_name
 from ..sources import AuditSpool, BlobCache, MaterializedBundle, materialize_file
 from .gc import GcResult, collect_garbage
 from .ports import BlobStore, MetadataStore
-from .pull import Located, PullResult, fetch_version, rebuild_bundle
+from .pull import Located, PullResult, fetch_pinned, fetch_version, rebuild_bundle
 from .push import PushResult, push_bundle
 
 if TYPE_CHECKING:
@@ -163,11 +163,18 @@ class Registry:
 
     def locate(self, ref: str | Ref) -> Located:
         """Resolve ``ref`` once: a digest pin already cached whole (and resolved under this
-        model name before) needs no database; anything else is looked up."""
+        model name before) needs no database, nor does one whose manifest is cached when the
+        store is local (its weights left in place: ``fetch_pinned``); anything else is looked up."""
         parsed = ref if isinstance(ref, Ref) else Ref.parse(ref)
-        cached = self.cache.pinned_bundle(parsed)
-        if cached is not None:
-            return Located(parsed, cached=cached)
+        manifest = self.cache.pinned(parsed)
+        if manifest is not None:
+            cached = self.cache.pinned_bundle(parsed, manifest)
+            if cached is not None:
+                return Located(parsed, cached=cached)
+            if getattr(self.blobs, "in_place", None) is not None:  # a local store: no database needed
+                pin = self.cache.pinned_manifest(parsed, manifest)
+                if pin is not None:
+                    return Located(parsed, pinned=pin)
         return Located(parsed, version=self.meta.resolve(parsed))
 
     def enforce_trust(self, src: MaterializedBundle, *, require_signature: Sequence[str] = ()
@@ -215,15 +222,25 @@ class Registry:
 
         if where.cached is not None:
             src = enforce(where.cached)
+        elif where.pinned is not None:
+            with gc_held():
+                src = fetch_pinned(where.pinned, where.ref, self.blobs, self.cache, enforce_trust=enforce,
+                                   progress=progress, defer_weights=defer_weights, in_place=in_place)
         else:
             assert where.version is not None
             with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
                 src = fetch_version(self.meta, self.blobs, self.cache, where.version,
                                     enforce_trust=enforce, progress=progress, defer_weights=defer_weights,
                                     in_place=in_place)
-        if record and src.version is None and self._meta is None:  # served from the cache alone
-            self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
-                               ref=str(where.ref))
+        if record and src.version is None and self._meta is None:  # served without the database
+            def spool(src: MaterializedBundle = src) -> None:
+                self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
+                                   ref=str(where.ref))
+
+            if src.pending is not None:
+                src.pending.on_success(spool)
+            else:
+                spool()
         elif record:
             def audit(src: MaterializedBundle = src) -> None:
                 self.meta.record_event(record, actor=actor(), host=hostname(), model=src.name,

@@ -16,14 +16,14 @@ from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
 from ..format.packs import PackIndex
 from ..refs import Ref
-from ..sources import BlobCache, MaterializedBundle
+from ..sources import BlobCache, MaterializedBundle, PinnedManifest
 from .ports import BlobStore, MetadataStore
 from .transfer import fetch_members, fetch_members_deferred
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
 
-__all__ = ["Located", "PullResult", "fetch_version", "rebuild_bundle"]
+__all__ = ["Located", "PullResult", "fetch_version", "fetch_pinned", "rebuild_bundle"]
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,16 @@ class Located:
     ref: Ref
     version: VersionRecord | None = None
     cached: MaterializedBundle | None = None
+    #: a digest pin whose members are not all cached, served from a local store with what the
+    #: cache kept of its manifest (``fetch_pinned``): no database contact either
+    pinned: PinnedManifest | None = None
 
     @property
     def size(self) -> int:
         if self.version is not None:
             return self.version.size
+        if self.pinned is not None:
+            return self.pinned.manifest.total_size
         assert self.cached is not None
         return self.cached.manifest.total_size
 
@@ -70,8 +75,32 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
+    src = _fetch_members_of(src, version.packs_json, blobs, cache, progress=progress, defer_weights=defer_weights,
+                            in_place=in_place)
+    cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
+    cache.remember_name(version.digest, version.name)
+    cache.remember_packs(version.digest, version.packs_json)
+    return src
+
+
+def fetch_pinned(pin: PinnedManifest, ref: Ref, blobs: BlobStore, cache: BlobCache, *,
+                 enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
+                 progress: ProgressFn | None = None, defer_weights: bool = False,
+                 in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
+    """``fetch_version`` for a digest pin whose manifest, signatures and pack index the cache
+    kept (``BlobCache.pinned_manifest``), from a local store: no database contact. What a load
+    from a local store that left its weights in place (not in the cache) is served with."""
+    src = enforce_trust(MaterializedBundle(pin.manifest, {}, pin.signatures, label=str(ref), name=ref.name))
+    return _fetch_members_of(src, pin.packs_json, blobs, cache, progress=progress, defer_weights=defer_weights,
+                             in_place=in_place)
+
+
+def _fetch_members_of(src: MaterializedBundle, packs_json: str | None, blobs: BlobStore, cache: BlobCache, *,
+                      progress: ProgressFn | None, defer_weights: bool,
+                      in_place: Callable[[MaterializedBundle], bool] | None) -> MaterializedBundle:
+    manifest = src.manifest
+    located = PackIndex.from_stored(packs_json, src.label).locations()
     pending, complete = None, None
-    located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
     if defer_weights:
         files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located,
                                                 in_place=in_place is None or in_place(src))
@@ -83,8 +112,6 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
         complete = copy_member
     else:
         files = fetch_members(manifest, blobs, cache, progress, located=located)
-    cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
-    cache.remember_name(version.digest, version.name)
     return dataclasses.replace(src, files=files, pending=pending, complete=complete)
 
 

@@ -6,6 +6,7 @@ mtime, ctime) whenever it is opened; anything else is copied as before. A corrup
 fails the load (exit 5), and a later load of unchanged files hashes nothing again."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ import registry  # noqa: E402
 from registry.blobs import inplace  # noqa: E402
 from registry.blobs.base import blob_relpath  # noqa: E402
 from registry.client import Registry  # noqa: E402
-from registry.errors import IntegrityError  # noqa: E402
+from registry.errors import IntegrityError, NotFoundError  # noqa: E402
 from registry.format.bundle import BundleFile  # noqa: E402
 from registry.runtime import torchrt  # noqa: E402
 
@@ -138,6 +139,29 @@ def test_a_later_load_of_unchanged_files_hashes_nothing_and_a_changed_file_is_ha
     third = registry.load("t/m@1")
     torch.testing.assert_close(third["m"](x), expected)
     assert len(hashed) == 2 * first and _members_cached(home) == []
+
+
+@needs_proc
+def test_a_pinned_ref_loaded_in_place_is_served_again_without_the_database(home, split_bundle, monkeypatch):
+    """Its weights are not in the cache, but its manifest, signatures and pack index are: with
+    the database gone, a load of the same digest pin reads the local store alone, hashes
+    nothing (the stamp), and spools its audit event for the next database contact."""
+    path, x, expected = split_bundle
+    pin = f"t/m@{BundleFile.open(path).digest}"
+    hashed = _count_hashes(monkeypatch)
+    registry.load(pin)
+    first = len(hashed)
+    assert first and _members_cached(home) == []
+    db = home / "registry.db"
+    os.rename(db, home / "registry.db.away")
+    again = registry.load(pin)
+    torch.testing.assert_close(again["m"](x), expected)
+    assert len(hashed) == first and again.source.version is None and not db.exists()
+    spooled = [json.loads(line) for line in (home / "audit-spool.jsonl").read_text().splitlines()]
+    assert [(e["action"], e["ref"]) for e in spooled] == [("pull", pin)]
+    os.rename(home / "registry.db.away", db)
+    with pytest.raises(NotFoundError):  # not under another model name: the database decides
+        registry.load(f"other/m@{BundleFile.open(path).digest}")
 
 
 @needs_proc
