@@ -27,13 +27,14 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .format.bundle import BundleFile, FileRange, copy_member
 from .atomic import atomic_write
 from .blobs.base import blob_relpath
 from .digests import digest_of_bytes, hex_of, sha256_stream
-from .errors import IntegrityError, NotFoundError
+from .errors import IntegrityError, NotFoundError, UsageError
+from .format.packs import PackIndex
 from .format.manifest import Manifest, Member
 from .refs import Ref
 
@@ -246,23 +247,30 @@ class BlobCache:
             files[m.path] = self.member_path(m)
         return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name)
 
-    def pinned_manifest(self, ref: Ref, manifest: Manifest) -> PinnedManifest | None:
+    def pinned_manifest(self, ref: Ref, manifest: Manifest, store: str) -> PinnedManifest | None:
         """For a digest pin ``pinned_bundle`` cannot serve (some member not cached, e.g. its
         weights used in place in a local store): its cached ``manifest`` (``pinned``) with the
-        signatures and the pack index the database gave with it; None when the index was not
-        kept (the database decides)."""
+        signatures and the pack index the database gave with it for the blob store ``store`` (a
+        URL); None when no such index was kept or it does not parse (then removed): the
+        database decides."""
         assert ref.digest is not None
+        path = self._doc_path("packs", ref.digest)
         try:
-            packs = json.loads(self._doc_path("packs", ref.digest).read_text("utf-8"))
-        except (OSError, ValueError):
+            packs = json.loads(path.read_text("utf-8"))
+            if not isinstance(packs, dict) or packs.get("store") != store:
+                return None
+            if not isinstance(packs.get("index"), (str, type(None))):
+                raise ValueError("not an index")
+            located = PackIndex.from_json(packs["index"]).locations()
+        except (OSError, ValueError, UsageError):
+            path.unlink(missing_ok=True)  # damaged: the database gives it again
             return None
-        if not isinstance(packs, dict) or not isinstance(packs.get("index"), (str, type(None))):
-            return None
-        return PinnedManifest(manifest, self.signatures(ref.digest), packs["index"])
+        return PinnedManifest(manifest, self.signatures(ref.digest), located)
 
-    def remember_packs(self, digest: str, packs_json: str | None) -> None:
-        """Keep a version's pack index (its stored JSON, None for none) beside its manifest."""
-        self._write_doc("packs", digest, {"index": packs_json})
+    def remember_packs(self, digest: str, packs_json: str | None, store: str) -> None:
+        """Keep a version's pack index (its stored JSON, None for none), as the database gave it
+        for the blob store ``store`` (a URL), beside its manifest."""
+        self._write_doc("packs", digest, {"index": packs_json, "store": store})
 
     # -- what the database said about a digest, kept beside its blobs ---------------------------
     def _doc_path(self, kind: str, digest: str) -> Path:
@@ -333,11 +341,12 @@ class AuditSpool:
 
 @dataclass(frozen=True)
 class PinnedManifest:
-    """What the cache kept of a version: its manifest, signatures and pack index JSON."""
+    """What the cache kept of a version: its manifest, signatures and pack index (parsed:
+    where each packed chunk lies)."""
 
     manifest: Manifest
     signatures: list[dict[str, Any]]
-    packs_json: str | None
+    located: Mapping[str, Any]   # chunk digest -> ``format.packs.ChunkLocation``
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ class Registry:
             if cached is not None:
                 return Located(parsed, cached=cached)
             if getattr(self.blobs, "in_place", None) is not None:  # a local store: no database needed
-                pin = self.cache.pinned_manifest(parsed, manifest)
+                pin = self.cache.pinned_manifest(parsed, manifest, self.blobs.url)
                 if pin is not None:
                     return Located(parsed, pinned=pin)
         return Located(parsed, version=self.meta.resolve(parsed))
@@ -263,6 +263,8 @@ class Registry:
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
+        if where.pinned is not None:  # the database was asked after all: its number, its signatures
+            where = Located(where.ref, version=version)
         src = self.materialize(where, progress=progress, require_signature=require_signature)
         return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
 

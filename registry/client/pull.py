@@ -8,13 +8,13 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..blobs.base import ProgressFn
 from ..errors import IntegrityError
 from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
-from ..format.packs import PackIndex
+from ..format.packs import ChunkLocation, PackIndex
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle, PinnedManifest
 from .ports import BlobStore, MetadataStore
@@ -28,8 +28,10 @@ __all__ = ["Located", "PullResult", "fetch_version", "fetch_pinned", "rebuild_bu
 
 @dataclass(frozen=True)
 class Located:
-    """A ref resolved once (``Registry.locate``): the version the database names, or, for a
-    digest pin this machine holds whole, the cached bundle (no database contact)."""
+    """A ref resolved once (``Registry.locate``): the version the database names; or, for a
+    digest pin this machine holds whole, the cached bundle; or, for one whose manifest it holds
+    while its weights lie in a local store, what the cache kept of it (``pinned``). Neither of the
+    last two contacts the database."""
 
     ref: Ref
     version: VersionRecord | None = None
@@ -75,11 +77,12 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
-    src = _fetch_members_of(src, version.packs_json, blobs, cache, progress=progress, defer_weights=defer_weights,
+    located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
+    src = _fetch_members_of(src, located, blobs, cache, progress=progress, defer_weights=defer_weights,
                             in_place=in_place)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
-    cache.remember_packs(version.digest, version.packs_json)
+    cache.remember_packs(version.digest, version.packs_json, blobs.url)
     return src
 
 
@@ -91,15 +94,15 @@ def fetch_pinned(pin: PinnedManifest, ref: Ref, blobs: BlobStore, cache: BlobCac
     kept (``BlobCache.pinned_manifest``), from a local store: no database contact. What a load
     from a local store that left its weights in place (not in the cache) is served with."""
     src = enforce_trust(MaterializedBundle(pin.manifest, {}, pin.signatures, label=str(ref), name=ref.name))
-    return _fetch_members_of(src, pin.packs_json, blobs, cache, progress=progress, defer_weights=defer_weights,
+    return _fetch_members_of(src, pin.located, blobs, cache, progress=progress, defer_weights=defer_weights,
                              in_place=in_place)
 
 
-def _fetch_members_of(src: MaterializedBundle, packs_json: str | None, blobs: BlobStore, cache: BlobCache, *,
+def _fetch_members_of(src: MaterializedBundle, located: Mapping[str, ChunkLocation], blobs: BlobStore,
+                      cache: BlobCache, *,
                       progress: ProgressFn | None, defer_weights: bool,
                       in_place: Callable[[MaterializedBundle], bool] | None) -> MaterializedBundle:
     manifest = src.manifest
-    located = PackIndex.from_stored(packs_json, src.label).locations()
     pending, complete = None, None
     if defer_weights:
         files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located,

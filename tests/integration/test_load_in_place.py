@@ -165,6 +165,39 @@ def test_a_pinned_ref_loaded_in_place_is_served_again_without_the_database(home,
 
 
 @needs_proc
+@pytest.mark.parametrize("damage", ["garbage", "other-store", "not-an-index"])
+def test_a_pin_whose_kept_pack_index_is_damaged_or_for_another_store_asks_the_database(
+        home, split_bundle, monkeypatch, damage):
+    path, x, expected = split_bundle
+    digest = BundleFile.open(path).digest
+    registry.load(f"t/m@{digest}")
+    doc = home / "cache" / "packs" / f"{digest[7:]}.json"
+    kept = json.loads(doc.read_text())
+    doc.write_text({"garbage": "{not json", "other-store": json.dumps({**kept, "store": "file:///elsewhere"}),
+                    "not-an-index": json.dumps({**kept, "index": "[1, 2"})}[damage])
+    with Registry() as reg:
+        where = reg.locate(f"t/m@{digest}")
+        assert where.pinned is None and where.version is not None  # the database answered
+        loaded = registry.load(where.ref.__str__())
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert json.loads(doc.read_text())["store"] == kept["store"]  # written again by that fetch
+
+
+@needs_proc
+def test_pull_of_a_pin_loaded_in_place_records_its_version_number(home, split_bundle, tmp_path):
+    path, _x, _expected = split_bundle
+    pin = f"t/m@{BundleFile.open(path).digest}"
+    registry.load(pin)
+    with Registry() as reg:
+        assert reg.locate(pin).pinned is not None
+        result = reg.pull(pin, tmp_path / "out.pt2b")
+        assert result.source.version == 1 and result.version.number == 1
+        pulls = [e for e in reg.meta.events(model="t/m") if e.action == "pull"]
+    assert pulls and pulls[-1].version == 1
+    assert BundleFile.open(tmp_path / "out.pt2b").digest == BundleFile.open(path).digest
+
+
+@needs_proc
 def test_a_corrupt_piece_in_place_fails_the_load_and_leaves_no_stamp(home, split_bundle, monkeypatch):
     path, _x, _expected = split_bundle
     member = next(m for m in BundleFile.open(path).manifest.members if m.chunks)
