@@ -234,12 +234,9 @@ class BlobCache:
             return None
         return Manifest.from_bytes(data)
 
-    def pinned_bundle(self, ref: Ref, manifest: Manifest | None = None) -> MaterializedBundle | None:
-        """A digest-pinned ref whose manifest (``pinned``, or ``manifest`` it returned) and
-        members are all cached intact: no DB, no store."""
-        manifest = manifest or self.pinned(ref)
-        if manifest is None:
-            return None
+    def pinned_bundle(self, ref: Ref, manifest: Manifest) -> MaterializedBundle | None:
+        """A digest-pinned ref whose ``manifest`` (``pinned`` returned it) and members are all
+        cached intact: no DB, no store."""
         files = {}
         for m in manifest.members:
             if not self.usable_member(m):  # a damaged entry is evicted: fetched again

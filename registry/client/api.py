@@ -232,19 +232,16 @@ class Registry:
                 src = fetch_version(self.meta, self.blobs, self.cache, where.version,
                                     enforce_trust=enforce, progress=progress, defer_weights=defer_weights,
                                     in_place=in_place)
-        if record and src.version is None and self._meta is None:  # served without the database
-            def spool(src: MaterializedBundle = src) -> None:
-                self._spool.append(record, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
-                                   ref=str(where.ref))
+        if record:
+            offline = src.version is None and self._meta is None  # served without the database
 
-            if src.pending is not None:
-                src.pending.on_success(spool)
-            else:
-                spool()
-        elif record:
-            def audit(src: MaterializedBundle = src) -> None:
-                self.meta.record_event(record, actor=actor(), host=hostname(), model=src.name,
-                                       number=src.version, digest=src.digest, ref=str(where.ref))
+            def audit(src: MaterializedBundle = src, action: str = record) -> None:
+                if offline:  # written to the shared log at the next database contact
+                    self._spool.append(action, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
+                                       ref=str(where.ref))
+                else:
+                    self.meta.record_event(action, actor=actor(), host=hostname(), model=src.name,
+                                           number=src.version, digest=src.digest, ref=str(where.ref))
 
             if src.pending is not None:
                 src.pending.on_success(audit)   # a pull that fails mid-way is not recorded

@@ -564,17 +564,14 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
         return InPlaceSegment(p.offset, p.size, found.path, at, found.identity)
 
     record_end = {offset: offset + size for offset, size in records}
-    order = sorted(deferred, key=lambda i: parts[i].offset)
+
+    def same_record(i: int, j: int) -> bool:  # j goes on where i stops, and starts no record
+        return parts[i].offset + parts[i].size == parts[j].offset and parts[j].offset not in record_end
+
     out: dict[int, InPlaceSegment] = {}
-    k = 0
-    while k < len(order):
-        end = record_end.get(parts[order[k]].offset)
-        run = [order[k]]
-        while end is not None and parts[run[-1]].offset + parts[run[-1]].size < end and k + len(run) < len(order) \
-                and parts[order[k + len(run)]].offset == parts[run[-1]].offset + parts[run[-1]].size:
-            run.append(order[k + len(run)])
-        k += len(run)
-        if end is None or parts[run[-1]].offset + parts[run[-1]].size != end:
+    for run in split_where(sorted(deferred, key=lambda i: parts[i].offset), same_record):
+        last = parts[run[-1]]
+        if record_end.get(parts[run[0]].offset) != last.offset + last.size:
             continue  # not a whole record in deferred chunks: copied
         if len(run) > 1 and any(type(parts[i]) is PackedPart or parts[i].size % mmap.PAGESIZE for i in run[:-1]):
             continue

@@ -402,13 +402,11 @@ def _segments_of(elsewhere: Mapping[int, InPlaceSegment], starts: list[int], off
 
 def _pieces_storage(segments: list[InPlaceSegment]) -> Any:
     """One storage over the pieces of a split tensor, each mapped from its own store file."""
-    from ..blobs.inplace import NotInPlace, map_together
+    from ..blobs.inplace import map_together
 
     try:
         region = map_together(segments)
-    except NotInPlace as exc:
-        raise WeightsNotVerified(str(exc)) from None
-    except OSError as exc:
+    except OSError as exc:  # NotInPlace among them: a piece is no longer the file first seen
         raise WeightsNotVerified(f"cannot map the pieces of a record: {exc}") from None
     return torch().frombuffer(region, dtype=torch().uint8).untyped_storage()
 

@@ -99,6 +99,15 @@ def _members_cached(home: Path) -> list[Path]:
     return [p for p in (home / "cache").rglob("*") if p.is_file() and "/members/" in str(p)]
 
 
+def _assert_loaded_from_a_copy(home: Path, split_bundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``t/m@1`` loads right, nothing hashed in place, its program copied into the cache."""
+    _path, x, expected = split_bundle
+    hashed = _count_hashes(monkeypatch)
+    loaded = registry.load("t/m@1")
+    torch.testing.assert_close(loaded["m"](x), expected)
+    assert hashed == [] and len(_members_cached(home)) == 1
+
+
 needs_proc = pytest.mark.skipif(not inplace.MAPPABLE, reason="in-place loads need /proc/self/fd (Linux)")
 
 
@@ -250,14 +259,10 @@ def test_pt2reg_run_uses_the_weights_in_place_and_a_corrupt_piece_is_exit_5(home
 def test_a_store_file_others_may_write_is_copied_not_used_in_place(home, split_bundle, monkeypatch, mode):
     """A shared store (group or other may write its files): every chunk is copied into the
     cache and verified there, as before in-place loads."""
-    _path, x, expected = split_bundle
     for p in (home / "store" / "blobs").rglob("*"):
         if p.is_file():
             os.chmod(p, mode)
-    hashed = _count_hashes(monkeypatch)
-    loaded = registry.load("t/m@1")
-    torch.testing.assert_close(loaded["m"](x), expected)
-    assert hashed == [] and len(_members_cached(home)) == 1
+    _assert_loaded_from_a_copy(home, split_bundle, monkeypatch)
 
 
 @needs_proc
@@ -265,12 +270,8 @@ def test_a_bundle_the_first_load_sandbox_vets_is_copied_not_used_in_place(home, 
     """No trusted key signed it and the sandbox is on: its child needs the complete file before
     anything is deserialized, so the weights are copied (and hashed) once, not hashed in place
     and then copied."""
-    _path, x, expected = split_bundle
     monkeypatch.setenv("PT2REG_SANDBOX", "on")
-    hashed = _count_hashes(monkeypatch)
-    loaded = registry.load("t/m@1")
-    torch.testing.assert_close(loaded["m"](x), expected)
-    assert hashed == [] and len(_members_cached(home)) == 1
+    _assert_loaded_from_a_copy(home, split_bundle, monkeypatch)
 
 
 @needs_proc
