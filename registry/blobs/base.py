@@ -15,6 +15,9 @@ helpers, ``PwriteWriter`` and the verified download targets ``verified_into`` an
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
+import operator
 import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
@@ -22,14 +25,15 @@ from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTupl
 from ..atomic import atomic_write
 from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import Segment, hash_copy, locked_progress, run_parallel
+from ..parallel import (BATCH_BYTES, WRITEBACK, Segment, group_consecutive, hash_copy, locked_progress, run_parallel,
+                        start_writeback)
 from ..refs import validate_digest
 
 __all__ = [
     "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
     "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range", "range_error",
     "corrupt_blob_error", "check_read_range", "short_blob_error", "PwriteWriter", "verified_into",
-    "atomic_download",
+    "atomic_download", "hash_parts", "part_blocks", "stretches",
 ]
 
 #: Called with the number of bytes just transferred (S3 may report a negative amount when a
@@ -266,6 +270,69 @@ def check_range(path: str | os.PathLike, part: Part, *, fd: int | None = None,
     got = hash_copy([Segment(fd, part.offset, part.size)], progress=progress)
     if got.sha256 != part.digest[7:]:
         raise range_error(path, part, got.sha256)
+
+
+def hash_parts(path: str | os.PathLike, fd: int, parts: Sequence[Part], *, concatenation: bool = True,
+               out_fd: int | None = None, progress: ProgressFn | None = None) -> str | None:
+    """Check each of ``parts`` (ranges of ``path``, open as ``fd``) against its own digest,
+    reading neighbours a few MiB at a time; ``IntegrityError`` (``range_error``) for the first
+    that does not match. With ``concatenation``, returns the sha256 hex of the parts' bytes one
+    after the other (a pack's name; None without). With ``out_fd``, that concatenation is also
+    written there from offset 0, in the same pass: every byte written is a byte just checked
+    and hashed, whatever the file holds by then; the disk is asked to start writing as it goes
+    (``start_writeback``: the caller syncs)."""
+    h = hashlib.sha256() if concatenation else None
+    pos = flushed = 0
+    for block in part_blocks(parts):
+        start = block[0].offset
+        want = block[-1].offset + block[-1].size - start
+        data = memoryview(os.pread(fd, want, start))
+        if len(data) != want:
+            raise OSError(f"{os.fspath(path)} ended {want - len(data)} bytes early (at byte {start + len(data)})")
+        for part in block:
+            got = hashlib.sha256(data[part.offset - start:part.offset - start + part.size]).hexdigest()
+            if got != part.digest[7:]:
+                raise range_error(path, part, got)
+        if h is not None:
+            h.update(data)
+        if out_fd is not None:
+            written = 0
+            while written < want:
+                written += os.pwrite(out_fd, data[written:], pos + written)
+            pos += want
+            if pos - flushed >= WRITEBACK:
+                start_writeback(out_fd, flushed, pos - flushed)
+                flushed = pos
+        if progress is not None:
+            progress(want)
+    if out_fd is not None and pos > flushed:
+        start_writeback(out_fd, flushed, pos - flushed)
+    return h.hexdigest() if h is not None else None
+
+
+def part_blocks(parts: Sequence[Part]) -> list[Sequence[Part]]:
+    """``parts`` cut where they stop lying back to back, and every ``BATCH_BYTES``: each block
+    is one read."""
+    return [s[g.start:g.stop] for s in stretches(parts) for g in group_consecutive(list(map(_SIZE, s)), BATCH_BYTES)]
+
+
+_OFFSET, _SIZE = operator.itemgetter(1), operator.itemgetter(2)   # a Part's offset, size
+
+
+def stretches(parts: Sequence[Part]) -> list[Sequence[Part]]:
+    """``parts`` (in order) cut wherever one does not start where the one before it ends: the
+    stretches that lie back to back in their file (found by whole-list operations: a push of
+    a 10,000-tensor program cuts 10,000 chunks).
+
+    >>> [len(s) for s in stretches([Part("a", 0, 2), Part("b", 2, 3), Part("c", 9, 1)])]
+    [2, 1]
+    """
+    if not parts:
+        return []
+    offsets = list(map(_OFFSET, parts))
+    ends = map(operator.add, offsets, map(_SIZE, parts))
+    cuts = [0, *itertools.compress(range(1, len(parts)), map(operator.ne, ends, offsets[1:])), len(parts)]
+    return [parts[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 @contextlib.contextmanager

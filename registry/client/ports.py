@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..blobs.base import BlobStore
 
 if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
-    from ..format.packs import ChunkLocation
+    from ..format.packs import ChunkLocation, PackIndex
     from ..access.policy import AliasPolicy
     from ..access.scopes import Identity
     from ..refs import Ref
@@ -54,9 +54,9 @@ class MetadataStore(Protocol):
                 ref_for_audit: str | None = None, claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
                 audit_details: Mapping[str, Any] | None = None, packs_json: str | None = None,
-                ) -> tuple[VersionRecord, bool]:
+                packs: PackIndex | None = None) -> tuple[VersionRecord, bool]:
         """Record a version with its blobs, lineage, signatures, aliases and pack index
-        (``format.packs``): ``(version, created)``."""
+        (``format.packs``: ``packs``, or its JSON text ``packs_json``): ``(version, created)``."""
 
     def resolve(self, ref: Ref) -> VersionRecord:
         """The version a ref names (latest non-yanked, number, alias or digest)."""
@@ -123,6 +123,11 @@ class MetadataStore(Protocol):
     def begin_pending(self, blobs: Iterable[str], host: str, pid: int, *, name: str | None = None) -> int:
         """Claim the blobs a push to model ``name`` is uploading, so gc spares them; returns
         the claim id (a server refuses the claim when the token may not push to ``name``)."""
+
+    # Optional (``SqlMetadataStore`` has it; a server client does not): ``extend_pending(claim_id,
+    # blobs) -> bool`` adds blobs to a live claim, False when gc reaped it. With it, a push to a
+    # store that has ``put_packs`` names new packs as it writes them and claims them then; without
+    # it, packs are hashed before the upload so the first claim names them.
 
     def heartbeat_pending(self, claim_id: int) -> bool:
         """Refresh a claim; False when gc already reaped it."""

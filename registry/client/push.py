@@ -30,12 +30,14 @@ Verdicts stay on this machine: no request carries one and the server reads none.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..blobs.base import ProgressFn, run_parallel
 from ..config import actor, hostname
+from ..errors import ConflictError
 from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
@@ -100,11 +102,24 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # torch will only ever read what the loader can vet. A member skipped on a verdict is
     # covered by the chunk verification of upload_plan below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
-    plan = plan_upload(bundle, meta, blobs, name)  # hashes the chunks that go into packs
-    stored = plan.blobs()
-    digests = {d for d, _ in stored}
-    pending = meta.begin_pending(sorted(digests | {manifest.digest}),
+    # a local store names new packs in the pass that writes them (one read and hash of their
+    # chunks fewer); other stores get packs hashed here first, their names claimed before upload
+    one_pass = callable(getattr(blobs, "put_packs", None)) and callable(getattr(meta, "extend_pending", None))
+    plan = plan_upload(bundle, meta, blobs, name, hash_packs=not one_pass)
+    digests = {d for d, _ in plan.blobs()}
+    # the new packs' temp files are named by a digest no blob has, claimed with the rest
+    tag = "sha256:" + secrets.token_hex(32) if plan.groups else None
+    pending = meta.begin_pending(sorted(digests | {manifest.digest} | ({tag} if tag else set())),
                                  host=hostname(), pid=os.getpid(), name=name)
+    named: list[tuple[str, int]] = []
+
+    def claim(packs: list[tuple[str, int]]) -> None:
+        """The new packs, written and not yet visible: claimed before they are renamed in."""
+        if not meta.extend_pending(pending, [d for d, _ in packs]):  # type: ignore[attr-defined]
+            raise ConflictError(f"push of {name} lost its pending-push claim while uploading: gc reaped it "
+                                f"because the push stalled past its heartbeat; nothing was recorded",
+                                hint="push again (it uploads whatever gc deleted)")
+        named.extend(packs)
 
     def missing_blobs(digests: list[str]) -> list[str]:
         """The digests the blob store lacks (stat / HEAD, several at once), in order."""
@@ -117,7 +132,11 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
             # the store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes
             recorded = meta.recorded_blobs(sorted(digests))
             unrecorded = set() if recorded is None else digests - recorded
-            uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded)
+            uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded,
+                                            tag=tag, claim=claim)
+            if plan.groups:
+                plan = plan.named(named)
+            stored = plan.blobs()
             blobs.put_bytes(manifest.canonical, manifest.digest)
             version, created = meta.publish(
                 name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
@@ -125,7 +144,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                 aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
                 lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
                 environment=environment, claim=pending, missing_blobs=missing_blobs,
-                **({"packs_json": plan.index.to_json()} if plan.index else {}))
+                **({"packs": plan.index} if plan.index else {}))
     finally:
         meta.end_pending(pending)
     warnings = () if created else (f"identical content is already {version.name}@{version.number}; "

@@ -23,19 +23,21 @@ reads none of them, ``runtime.torchrt``); the load returns only once every chunk
 """
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import io
 import mmap
+import operator
 import os
 import threading
 from bisect import bisect_left
 from concurrent.futures import CancelledError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
 
 from ..atomic import atomic_write, new_temp
-from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, locked_progress, range_error
+from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, hash_parts, locked_progress, stretches
 from ..blobs.inplace import ALIGN as IN_PLACE_ALIGN
 from ..blobs.inplace import InPlaceFile, InPlaceSegment, NotInPlace, hash_in_place
 from ..blobs.packed import PackedPart, get_packed
@@ -43,7 +45,7 @@ from ..errors import IntegrityError, NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
-from ..format.packs import PACK_BELOW, PACK_BYTES, ChunkLocation, PackIndex
+from ..format.packs import PACK_BELOW, PACK_BYTES, ChunkLocation, Pack, PackEntry, PackIndex
 from ..format.zipsafe import canonical_data_spans
 from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel, split_where
 from ..sources import BlobCache
@@ -69,39 +71,69 @@ class NewPack:
 @dataclass(frozen=True)
 class UploadPlan:
     """How a push stores a bundle: ``whole`` parts as blobs of their own, ``packs`` to store,
-    and the version's pack ``index`` (chunks in new packs and in packs stored before)."""
+    and the version's pack ``index`` (chunks in new packs and in packs stored before).
+
+    ``groups``: new packs not named yet, each the chunks it holds in order (``plan_upload``
+    with ``hash_packs=False``: a store that names them as it writes them, ``put_packs``); the
+    index lacks their chunks until ``named`` gives their digests."""
 
     whole: list[Part]
     packs: list[NewPack]
     index: PackIndex
     reused_bytes: int     # packed chunks found in packs already stored
+    groups: list[list[Part]] = field(default_factory=list)
 
     def blobs(self) -> list[tuple[str, int]]:
-        """(digest, size) of every blob the version records, but its manifest."""
+        """(digest, size) of every blob the version records, but its manifest (and the packs
+        of ``groups``, not named yet)."""
         return sorted({(p.digest, p.size) for p in self.whole} | self.index.blobs())
 
+    def named(self, packs: Sequence[tuple[str, int]]) -> "UploadPlan":
+        """This plan once each of ``groups`` was stored as a pack: (digest, size) of each, in order."""
+        if len(packs) != len(self.groups):
+            raise ValueError(f"{len(packs)} packs named for {len(self.groups)} groups")
+        listed = {(p.digest, p.size): p for p in self.index.packs}
+        new = []
+        for (digest, size), group in zip(packs, self.groups):
+            sizes = list(map(_SIZE, group))
+            offsets = list(accumulate(sizes, initial=0))
+            if offsets.pop() != size:
+                raise ValueError(f"pack {digest} has {size} bytes, its chunks {sum(sizes)}")
+            entries = tuple(map(tuple.__new__, repeat(PackEntry), zip(map(_DIGEST, group), offsets, sizes)))
+            if (digest, size) in listed:  # the same bytes twice: one pack, every entry
+                entries = tuple(sorted({*listed[digest, size].entries, *entries}, key=_SECOND))
+            listed[digest, size] = Pack(digest, size, entries)
+            new.append(NewPack(digest, size, _segments(group)))
+        return dataclasses.replace(self, packs=[*self.packs, *new], groups=[],
+                                   index=PackIndex(tuple(listed[k] for k in sorted(listed))))
 
-def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name: str) -> UploadPlan:
+
+def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name: str, *,
+                hash_packs: bool = True) -> UploadPlan:
     """Decide where each chunk of ``bundle`` is stored, and hash every chunk that goes into a
     pack or is reused from one (``IntegrityError``, exit 5, when the bundle file's bytes do not
-    match a chunk's digest): chunks of ``PACK_BELOW`` bytes or more, unchunked members, and small
+    match a chunk's digest); without ``hash_packs``, the new packs are left to the upload that
+    writes them (``UploadPlan.groups``: ``put_packs`` checks and names them in the pass that
+    copies them), and only the reused chunks are hashed here. Chunks of ``PACK_BELOW`` bytes or more, unchunked members, and small
     chunks an older version stored as blobs of their own stay ``whole`` (``put_parts`` hashes
     those); other small chunks are reused from a pack a version of model ``name`` already
     references (when the pack is still stored) or concatenated, in bundle order, into new packs
     of up to ``PACK_BYTES``. A metadata store that keeps no packs (no ``locate_chunks``, or a
     server older than packs) gets every chunk as a blob of its own."""
-    whole, small, seen = [], [], set()
+    whole: list[Part] = []
+    small: list[Part] = []
+    seen: set[str] = set()
     for m in bundle.manifest.members:
         offset, _size = bundle.member_span(m.path)
         if not m.chunks:
             whole.append(Part(m.digest, offset, m.size))
             continue
-        for sha, at, size in m.chunk_spans():
-            part = Part("sha256:" + sha, offset + at, size)
-            if size >= PACK_BELOW:
+        shas, ats, sizes = zip(*m.chunk_spans())
+        for part in map(tuple.__new__, repeat(Part), zip(map("sha256:".__add__, shas), map(offset.__add__, ats), sizes)):
+            if part[2] >= PACK_BELOW:
                 whole.append(part)
-            elif part.digest not in seen:
-                seen.add(part.digest)
+            elif part[0] not in seen:
+                seen.add(part[0])
                 small.append(part)
     locate = getattr(meta, "locate_chunks", None)
     located = locate([p.digest for p in small], name=name) if small and locate is not None else None
@@ -121,17 +153,14 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     reused = [p for p in small if p.digest in located]
     with open(bundle.path, "rb") as f:
         fd = f.fileno()
-        new = run_parallel(lambda g: _hash_pack(bundle.path, fd, g), groups, WORKERS)
-        run_parallel(lambda b: _hash_pack(bundle.path, fd, b, pack=False),
+        run_parallel(lambda b: hash_parts(bundle.path, fd, b, concatenation=False),
                      [[reused[i] for i in r] for r in group_consecutive([p.size for p in reused], BATCH_BYTES)],
                      WORKERS)
-    used = dict(located)
-    for pack, group in zip(new, groups):
-        at = 0
-        for p in group:
-            used[p.digest] = ChunkLocation(pack.digest, pack.size, at, p.size)
-            at += p.size
-    return UploadPlan(whole, new, PackIndex.from_locations(used), sum(p.size for p in reused))
+        plan = UploadPlan(whole, [], PackIndex.from_locations(located), sum(p.size for p in reused), groups)
+        if not hash_packs:
+            return plan
+        names = run_parallel(lambda g: "sha256:" + cast(str, hash_parts(bundle.path, fd, g)), groups, WORKERS)
+    return plan.named([(digest, sum(p.size for p in g)) for digest, g in zip(names, groups)])
 
 
 def _stored_whole(blobs: BlobStore, digest: str, size: int) -> bool:
@@ -154,43 +183,19 @@ def _pack_groups(parts: list[Part]) -> list[list[Part]]:
     """The new small chunks (in bundle order) grouped into packs of at most ``PACK_BYTES``:
     each stretch of ``RUN_PACK`` bytes or more that lies back to back in the bundle file makes
     packs of its own (one range each), the shorter stretches are gathered together."""
-    stretches = [(s, sum(p.size for p in s)) for s in split_where(parts, _back_to_back)]
-    long = [s for s, n in stretches if n >= RUN_PACK]
-    scattered = [p for s, n in stretches if n < RUN_PACK for p in s]
-    return [[s[i] for i in g] for s in [*long, scattered] if s
-            for g in group_consecutive([p.size for p in s], PACK_BYTES)]
+    sized = [(s, sum(map(_SIZE, s))) for s in stretches(parts)]
+    long = [s for s, n in sized if n >= RUN_PACK]
+    scattered = [p for s, n in sized if n < RUN_PACK for p in s]
+    return [list(s[g.start:g.stop]) for s in [*long, scattered] if s
+            for g in group_consecutive(list(map(_SIZE, s)), PACK_BYTES)]
 
 
-def _back_to_back(a: Part, b: Part) -> bool:
-    return a.offset + a.size == b.offset
+def _segments(parts: Sequence[Part]) -> tuple[tuple[int, int], ...]:
+    """The ranges of the bundle file ``parts`` (one pack's chunks, in order) read from."""
+    return tuple((s[0].offset, sum(map(_SIZE, s))) for s in stretches(parts))
 
 
-def _hash_pack(path: Path, fd: int, parts: list[Part], *, pack: bool = True) -> NewPack:
-    """Check each part's bytes against its digest (reading neighbours a few MiB at a time);
-    with ``pack``, the pack they make."""
-    h = hashlib.sha256()
-    segments: list[tuple[int, int]] = []
-    for block in _blocks(parts):
-        start = block[0].offset
-        data = memoryview(os.pread(fd, block[-1].offset + block[-1].size - start, start))
-        for part in block:
-            view = data[part.offset - start:part.offset - start + part.size]
-            got = hashlib.sha256(view).hexdigest()
-            if "sha256:" + got != part.digest or len(view) != part.size:
-                raise range_error(path, part, got)
-        if pack:
-            h.update(data)
-            if segments and segments[-1][0] + segments[-1][1] == start:
-                segments[-1] = (segments[-1][0], segments[-1][1] + len(data))
-            else:
-                segments.append((start, len(data)))
-    return NewPack("sha256:" + h.hexdigest(), sum(p.size for p in parts), tuple(segments))
-
-
-def _blocks(parts: list[Part]) -> list[list[Part]]:
-    """``parts`` cut where they stop lying back to back, and every ``BATCH_BYTES``."""
-    return [[s[i] for i in g] for s in split_where(parts, _back_to_back)
-            for g in group_consecutive([p.size for p in s], BATCH_BYTES)]
+_DIGEST, _SECOND, _SIZE = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 class _SegmentReader(io.RawIOBase):
@@ -216,16 +221,27 @@ class _SegmentReader(io.RawIOBase):
 
 
 def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress: ProgressFn | None, *,
-                unrecorded: Collection[str] = ()) -> tuple[int, int]:
+                unrecorded: Collection[str] = (), tag: str | None = None,
+                claim: Callable[[list[tuple[str, int]]], None] | None = None) -> tuple[int, int]:
     """Store every blob of ``plan`` (several at once); returns (bytes uploaded, bytes already
     stored). ``IntegrityError`` (exit 5) when a chunk does not match its digest.
-    ``unrecorded``: digests no version records (stored without asking the store first)."""
+    ``unrecorded``: digests no version records (stored without asking the store first).
+    A plan with ``groups`` needs a store with ``put_packs``, the ``tag`` its temp files are
+    named by and the ``claim`` it calls with the new packs' (digest, size) before they become
+    visible (the caller gets their names there: ``UploadPlan.named``)."""
     progress = locked_progress(progress)
     # a pack that is one range of the bundle file goes up like any chunk, in the same batch
     ranges = [Part(p.digest, p.segments[0][0], p.size) for p in plan.packs if len(p.segments) == 1]
     gathered = [p for p in plan.packs if len(p.segments) > 1]
-    uploaded, skipped = blobs.put_parts(bundle.path, plan.whole + ranges, progress=progress,
-                                        unrecorded=unrecorded)
+    if plan.groups:
+        if tag is None or claim is None:
+            raise ValueError("a plan with packs not named yet needs a tag and a claim")
+        uploaded, skipped, _named = blobs.put_packs(bundle.path, plan.whole + ranges,  # type: ignore[attr-defined]
+                                                    plan.groups, tag=tag, claim=claim, progress=progress,
+                                                    unrecorded=unrecorded)
+    else:
+        uploaded, skipped = blobs.put_parts(bundle.path, plan.whole + ranges, progress=progress,
+                                            unrecorded=unrecorded)
     if progress is not None and plan.reused_bytes:
         progress(plan.reused_bytes)
     with open(bundle.path, "rb") as f:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Ty
 from ..access.policy import AliasPolicy
 from ..access.scopes import Identity, parse_scope
 from ..errors import NotFoundError, UsageError
-from ..format.packs import ChunkLocation
+from ..format.packs import ChunkLocation, PackIndex
 from ..refs import validate_digest
 from ..store.audit_chain import ChainVerdict
 from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, PendingPush,
@@ -67,7 +67,7 @@ class HttpMetadataStore:
                 environment: Mapping[str, Any] | None = None, actor: str, host: str,
                 ref_for_audit: str | None = None, claim: int | None = None,
                 missing_blobs: Callable[[list[str]], list[str]] | None = None, packs_json: str | None = None,
-                ) -> tuple[VersionRecord, bool]:
+                packs: PackIndex | None = None) -> tuple[VersionRecord, bool]:
         """Record a version; the server checks every blob is stored (size and digest), and every
         chunk the pack index places in a pack it has not checked before, before the version
         becomes visible (``missing_blobs`` is the server's own, so this one is not used)."""
@@ -77,7 +77,8 @@ class HttpMetadataStore:
             "build": dict(build) if build is not None else None, "lineage": encode(list(lineage)),
             "signatures": [dict(s) for s in signatures],
             "environment": dict(environment) if environment is not None else None,
-            "host": host, "ref_for_audit": ref_for_audit, "claim": claim, "packs_json": packs_json})
+            "host": host, "ref_for_audit": ref_for_audit, "claim": claim,
+            "packs_json": packs.to_json() if packs else packs_json})
         return decode(VersionRecord, _field(answer, "version")), bool(_field(answer, "created"))
 
     def resolve(self, ref: Ref) -> VersionRecord:

@@ -236,7 +236,7 @@ def publish(request: Request,
         lineage=lineage_edges, signatures=fields.items(body, "signatures"),
         environment=fields.opt_mapping(body, "environment"),
         ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
-        missing_blobs=missing, identity=call.who, packs_json=index.to_json() if index else None,
+        missing_blobs=missing, identity=call.who, packs=index or None,
         **call.writer())
     return {"version": encode(version), "created": created}
 

@@ -164,7 +164,7 @@ class SqlMetadataStore:
                 missing_blobs: Callable[[list[str]], list[str]] | None = None,
                 audit_details: Mapping[str, Any] | None = None,
                 identity: Identity | None = None, packs_json: str | None = None,
-                ) -> tuple[VersionRecord, bool]:
+                packs: PackIndex | None = None) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
         ``lineage`` items are LineageEdge records or mappings with the same keys; parent edges
@@ -183,7 +183,8 @@ class SqlMetadataStore:
         ``packs_json``: the version's pack index (``format.packs``: where its small chunks lie in
         pack blobs; ``blobs`` then names the packs, not those chunks), recorded with the version
         (``locate_chunks`` reads it back). It is taken as given: a server checks a client's index
-        against the packs' bytes before calling this.
+        against the packs' bytes before calling this. ``packs``: the same, parsed already (a
+        push in this process: its 10,000 entries are not written out and read back).
 
             >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
             ...                            [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
@@ -197,7 +198,7 @@ class SqlMetadataStore:
         if not isinstance(size, int) or size < 0:
             raise UsageError(f"invalid version size {size!r}")
         blob_sizes = writes.blobs_input(blobs)
-        index = PackIndex.from_json(packs_json)
+        index = packs if packs is not None else PackIndex.from_json(packs_json)
         alias_names = list(dict.fromkeys(validate_alias(a) for a in aliases))
         edges = writes.lineage_input(lineage)
         sigs = writes.signatures_input(signatures, digest)
@@ -608,6 +609,26 @@ class SqlMetadataStore:
             s.add(row)
             s.flush()
             return row.id
+
+        return self._write(work)
+
+    def extend_pending(self, claim_id: int, blobs: Iterable[str]) -> bool:
+        """Add blobs to a live claim (a push names its new packs only once it has written
+        them, and claims them before they become visible); False when gc already reaped the
+        claim (nothing is added: the push must not publish).
+
+            >>> store.extend_pending(claim, ["sha256:abab..."])
+            True
+        """
+        digests = {validate_digest(d) for d in blobs}
+
+        def work(s: Session) -> bool:
+            _gc_lock(s)  # as begin_pending: a sweep either sees these blobs claimed or has finished
+            row = s.get(PendingPushRow, claim_id)
+            if row is None:
+                return False
+            row.blobs_json = json_text(sorted(digests | set(json.loads(row.blobs_json))), "blobs")
+            return True
 
         return self._write(work)
 

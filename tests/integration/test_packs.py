@@ -198,10 +198,10 @@ def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
 
     real = push.plan_upload
 
-    def lying(bundle, meta, blobs, name):
+    def lying(bundle, meta, blobs, name, **kwargs):
         """Upload one more pack, honest about its own bytes (the bundle's first bytes), and
         claim one tiny tensor's chunk is in it."""
-        plan = real(bundle, meta, blobs, name)
+        plan = real(bundle, meta, blobs, name, **kwargs)
         pack = plan.index.packs[0]
         victim = pack.entries[5]
         with open(bundle.path, "rb") as f:
@@ -287,3 +287,165 @@ def test_a_client_older_than_packs_is_told_to_upgrade(server_env, tiny):
         assert "packs" in client._client.headers["X-Pt2reg-Features"].split(",")
     finally:
         client.close()
+
+
+# -- a push to a local store names each new pack in the pass that writes it ------------------------
+
+@pytest.fixture
+def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """SQLite + a local directory store, in this process."""
+    import os
+
+    for var in [v for v in os.environ if v.startswith("PT2REG_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("PT2REG_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _store_files(home: Path) -> tuple[dict[str, Path], list[str]]:
+    """The local store's blobs (digest -> file) and its temp file names."""
+    root = home / "store"
+    blobs = {"sha256:" + p.name: p for p in (root / "blobs").rglob("*") if p.is_file()}
+    tmp = sorted(p.name for p in (root / "tmp").glob("*")) if (root / "tmp").is_dir() else []
+    return blobs, tmp
+
+
+def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_they_show(
+        local_home, tiny, tmp_path, monkeypatch):
+    """The new packs are checked chunk by chunk and named in the one pass that writes them:
+    every small chunk is hashed exactly once during the push (the plan hashes none of them).
+    When their names are claimed, the packs are written (temp files named by a digest the push
+    claimed first, so gc spares them) and not yet visible; afterwards each pack file hashes to
+    its name and the version pulls back byte for byte."""
+    import hashlib
+
+    import registry.blobs.local as local
+    import registry.client.transfer as transfer
+    from registry.client import Registry
+    from registry.format.bundle import BundleFile
+    from registry.format.packs import PACK_BELOW
+    from registry.store import SqlMetadataStore
+
+    checked: list[str] = []
+    for module in (local, transfer):
+        real = module.hash_parts
+
+        def counting(path, fd, parts, *args, _real=real, **kwargs):
+            checked.extend(p.digest for p in parts)
+            return _real(path, fd, parts, *args, **kwargs)
+        monkeypatch.setattr(module, "hash_parts", counting)
+    seen = {}
+    real_extend = SqlMetadataStore.extend_pending
+
+    def extend(self, claim_id, digests):
+        digests = list(digests)
+        blobs, tmp = _store_files(local_home)
+        [claim] = [c for c in self.pending_claims() if c.id == claim_id]
+        seen.update(visible=set(digests) & set(blobs), tmp=tmp, claimed=claim.blobs, digests=digests)
+        return real_extend(self, claim_id, digests)
+    monkeypatch.setattr(SqlMetadataStore, "extend_pending", extend)
+
+    with Registry() as reg:
+        reg.push(tiny["base"], "tiny")
+        pulled = reg.pull("tiny@1", tmp_path / "out.pt2b")
+    assert pulled.path.read_bytes() == tiny["base"].read_bytes()
+    small = {"sha256:" + sha for m in BundleFile.open(tiny["base"]).manifest.members for sha, n in m.chunks
+             if n < PACK_BELOW}
+    assert len(small) > TINY
+    assert sorted(d for d in checked if d in small) == sorted(small)   # each once, none twice
+    assert seen["digests"] and not seen["visible"]                      # claimed before shown
+    named = ["sha256:" + name.split(".", 1)[0] for name in seen["tmp"]]
+    assert set(named) <= set(seen["claimed"])                           # every temp file spared by gc
+    chunks = {"sha256:" + sha for m in BundleFile.open(tiny["base"]).manifest.members for sha, _n in m.chunks}
+    tags = [d for d in named if d not in chunks]                        # the packs': by the push's tag
+    assert len(tags) == len(seen["digests"]) and len(set(tags)) == 1
+    blobs, tmp = _store_files(local_home)
+    assert not tmp
+    for digest in seen["digests"]:
+        assert "sha256:" + hashlib.sha256(blobs[digest].read_bytes()).hexdigest() == digest
+    with SqlMetadataStore(f"sqlite:///{local_home / 'registry.db'}") as meta:
+        from registry.format.packs import PackIndex
+        from registry.refs import Ref
+
+        index = PackIndex.from_json(meta.resolve(Ref.parse("tiny@1")).packs_json)
+        assert {p.digest for p in index.packs} == set(seen["digests"])
+        assert meta.pending_claims() == []
+
+
+def test_gc_while_a_push_writes_its_packs_spares_them(local_home, tiny, tmp_path, monkeypatch):
+    """gc (no grace period) runs after the packs are written and before they are claimed by
+    name: their temp files are named by the push's claimed tag, so gc leaves them, and the
+    push publishes a version that pulls back byte for byte."""
+    from registry.client import Registry
+    from registry.store import SqlMetadataStore
+
+    real_extend = SqlMetadataStore.extend_pending
+    ran = []
+
+    def extend(self, claim_id, digests):
+        with Registry() as other:
+            ran.append(other.gc(grace_seconds=0))
+        return real_extend(self, claim_id, digests)
+    monkeypatch.setattr(SqlMetadataStore, "extend_pending", extend)
+    with Registry() as reg:
+        reg.push(tiny["base"], "tiny")
+        out = reg.pull("tiny@1", tmp_path / "out.pt2b").path
+    assert ran and not ran[0].aborted_uploads
+    assert out.read_bytes() == tiny["base"].read_bytes()
+
+
+def test_a_push_whose_claim_was_reaped_shows_no_pack_and_records_nothing(local_home, tiny, monkeypatch):
+    """gc reaped the claim of a push that looked stalled, before its packs were named: the push
+    fails (exit 6, one line), renames no pack into the store, leaves no temp file, records no
+    version."""
+    from registry.client import Registry
+    from registry.errors import ConflictError, NotFoundError
+    from registry.refs import Ref
+    from registry.store import SqlMetadataStore
+
+    real_extend = SqlMetadataStore.extend_pending
+
+    def extend(self, claim_id, digests):
+        digests = list(digests)
+        self.end_pending(claim_id)      # as gc does with a claim it judged dead
+        seen.extend(digests)
+        return real_extend(self, claim_id, digests)
+    seen: list[str] = []
+    monkeypatch.setattr(SqlMetadataStore, "extend_pending", extend)
+    with Registry() as reg:
+        with pytest.raises(ConflictError, match="lost its pending-push claim") as info:
+            reg.push(tiny["base"], "tiny")
+        assert info.value.exit_code == 6
+        with pytest.raises(NotFoundError):
+            reg.meta.resolve(Ref.parse("tiny@1"))
+    blobs, tmp = _store_files(local_home)
+    assert seen and not set(seen) & set(blobs) and not tmp
+
+
+def test_a_small_chunk_damaged_in_the_bundle_fails_the_local_push_and_leaves_nothing(
+        local_home, tiny, tmp_path):
+    """A byte changed in a tiny tensor of the bundle file: the pass that writes its pack finds
+    it (exit 5, naming the offset), nothing is renamed into the store, no temp file is left,
+    no version recorded."""
+    from registry.client import Registry
+    from registry.errors import IntegrityError
+    from registry.format.bundle import BundleFile
+    from registry.format.packs import PACK_BELOW
+
+    bundle = BundleFile.open(tiny["base"])
+    member = next(m for m in bundle.manifest.members if m.chunks)
+    start, _size = bundle.member_span(member.path)
+    sha, at, n = next(s for s in member.chunk_spans()[50:] if s[2] < PACK_BELOW)
+    damaged = tmp_path / "damaged.pt2b"
+    data = bytearray(tiny["base"].read_bytes())
+    data[start + at + n // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with Registry() as reg:
+        with pytest.raises(IntegrityError, match=f"chunk at offset {start + at} does not match") as info:
+            reg.push(damaged, "tiny")
+        assert info.value.exit_code == 5
+        assert reg.meta.list_models() == []
+    blobs, tmp = _store_files(local_home)
+    assert not tmp
+    assert not [d for d, p in blobs.items() if p.stat().st_size > 0 and d not in
+                {"sha256:" + s for s, _n in member.chunks}], "a pack was stored"

@@ -348,6 +348,21 @@ def test_pending_push_claims(store):
     assert store.pending_claims() == [] and not store.heartbeat_pending(claim)
 
 
+def test_a_claim_grows_while_it_lives_and_not_after(store):
+    """A push names its new packs once written and claims them then: the claim's blobs grow
+    (each digest once, sorted); a claim gc already reaped grows no more (False), so the push
+    stops before its packs become visible."""
+    claim = store.begin_pending([D("x"), D("y")], "gpu-1", 4242)
+    assert store.extend_pending(claim, [D("z"), D("x"), D("z")])
+    assert store.pending_claims()[0].blobs == [D("x"), D("y"), D("z")]
+    with pytest.raises(UsageError):
+        store.extend_pending(claim, ["not-a-digest"])
+    assert store.pending_claims()[0].blobs == [D("x"), D("y"), D("z")]
+    store.end_pending(claim)
+    assert not store.extend_pending(claim, [D("w")])
+    assert store.pending_claims() == []
+
+
 def test_database_errors_are_translated(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")  # no schema on purpose
     with SqlMetadataStore(engine) as store:

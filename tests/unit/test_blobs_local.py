@@ -394,6 +394,104 @@ class TestLocalSpecifics:
         assert len(seen) == 3 and set(seen) == {(False, 1)}
         assert store.exists(digest)
 
+    def _packs_source(self, tmp_path):
+        """A file of 40 small pieces back to back (after a 7-byte header) and two groups of them."""
+        pieces = [os.urandom(100 + 37 * i) for i in range(40)]
+        src = tmp_path / "src.bin"
+        src.write_bytes(b"header!" + b"".join(pieces))
+        parts, at = [], 7
+        for piece in pieces:
+            parts.append(Part(blob(piece)[1], at, len(piece)))
+            at += len(piece)
+        return src, pieces, parts
+
+    def test_put_packs_names_each_pack_by_its_bytes_and_claims_it_before_showing_it(self, tmp_path):
+        """Each group becomes one blob named by the sha256 of its pieces one after the other
+        (skipping a piece breaks the back-to-back run: two reads, one pack). The claim callback
+        sees every pack written (temp files named by the tag) and none yet visible."""
+        store = LocalBlobStore(tmp_path / "store")
+        src, pieces, parts = self._packs_source(tmp_path)
+        groups = [parts[:10] + parts[11:20], parts[20:]]
+        whole = [parts[10]]
+        seen = {}
+
+        def claim(packs):
+            seen["packs"] = list(packs)
+            seen["visible"] = [d for d, _n in packs if store.exists(d)]
+            seen["tmp"] = sorted(p.name.split(".", 1)[0] for p in (tmp_path / "store" / "tmp").iterdir())
+        progress = []
+        written, stored, packs = store.put_packs(src, whole, groups, tag="sha256:" + "7" * 64, claim=claim,
+                                                 progress=progress.append)
+        first, second = b"".join(pieces[:10] + pieces[11:20]), b"".join(pieces[20:])
+        expected = [(blob(first)[1], len(first)), (blob(second)[1], len(second))]
+        assert packs == seen["packs"] == expected
+        assert seen["visible"] == [] and seen["tmp"].count("7" * 64) == 2
+        assert (written, stored) == (sum(map(len, pieces)), 0) and sum(progress) == written
+        for (digest, size), group in zip(packs, groups):
+            assert store.read_bytes(digest, max_size=size) == b"".join(pieces[parts.index(p)] for p in group)
+        assert store.read_bytes(whole[0].digest, max_size=1000) == pieces[10]
+        assert list((tmp_path / "store" / "tmp").iterdir()) == []
+
+    @pytest.mark.parametrize("fail", ["piece", "claim"])
+    def test_put_packs_that_fails_leaves_no_pack_and_no_temp_file(self, tmp_path, fail):
+        """A piece that does not match its digest (IntegrityError naming its offset), or a claim
+        that fails: no pack is renamed into the store and every temp file is gone."""
+        from registry.errors import ConflictError
+
+        store = LocalBlobStore(tmp_path / "store")
+        src, pieces, parts = self._packs_source(tmp_path)
+        if fail == "piece":
+            parts[25] = Part(blob(b"other bytes")[1], parts[25].offset, parts[25].size)
+
+        def claim(packs):
+            if fail == "claim":
+                raise ConflictError("claim reaped")
+        error = IntegrityError if fail == "piece" else ConflictError
+        with pytest.raises(error, match=f"offset {parts[25].offset}" if fail == "piece" else "reaped"):
+            store.put_packs(src, [], [parts[:20], parts[20:]], tag="sha256:" + "7" * 64, claim=claim)
+        assert list(store.list()) == []
+        assert list((tmp_path / "store" / "tmp").iterdir()) == []
+
+    def test_held_files_are_synced_with_their_batch_but_renamed_only_once_released(self, tmp_path, monkeypatch):
+        """The committer makes a held file durable with the batch it came in (its sync overlaps
+        the copies still running) and renames it only after ``release``; one never released is
+        removed by ``finish``, and ``abort`` removes held files too."""
+        import registry.blobs.local as local
+
+        monkeypatch.setattr(local, "COMMIT_BYTES", 1)          # every file its own batch
+        syncs = []
+        real_sync = local.sync_filesystem
+        monkeypatch.setattr(local, "sync_filesystem", lambda root: (syncs.append(root), real_sync(root)))
+        store = LocalBlobStore(tmp_path / "store")
+        (tmp_path / "store" / "tmp").mkdir(parents=True)
+
+        def temp(data: bytes) -> tuple[str, Part]:
+            path = tmp_path / "store" / "tmp" / f"{blob(data)[1][7:]}.x.tmp"
+            path.write_bytes(data)
+            return str(path), Part(blob(data)[1], 0, len(data))
+        for release in (True, False):
+            committer = local._Committer(store)
+            held, plain = temp(b"held %d" % release), temp(b"plain %d" % release)
+            committer.add(*held, held=True)
+            committer.add(*plain)
+            for _ in range(200):
+                if store.exists(plain[1].digest):
+                    break
+                import time
+                time.sleep(0.01)
+            assert store.exists(plain[1].digest) and not store.exists(held[1].digest)
+            # added before ``plain``, so in its batch or an earlier one: synced, not renamed
+            assert Path(held[0]).exists() and syncs
+            if release:
+                committer.release()
+            committer.finish()
+            assert store.exists(held[1].digest) == release and not Path(held[0]).exists()
+        committer = local._Committer(store)
+        held = temp(b"held, then aborted")
+        committer.add(*held, held=True)
+        committer.abort()
+        assert not store.exists(held[1].digest) and not Path(held[0]).exists()
+
     def test_constructor_does_no_io(self, tmp_path):
         LocalBlobStore(tmp_path / "not-yet")
         assert not (tmp_path / "not-yet").exists()

@@ -61,6 +61,26 @@ def test_run_parallel_empty():
     assert run_parallel(lambda i: i, [], 4) == []
 
 
+def test_stretches_cut_where_parts_stop_lying_back_to_back():
+    """``stretches`` (whole-list operations) cuts exactly where ``split_where`` with the
+    pairwise rule does, on random layouts."""
+    import random
+
+    from registry.blobs.base import Part, stretches
+    from registry.parallel import split_where
+
+    rng = random.Random(7)
+    for n in (0, 1, 2, 50, 500):
+        parts, at = [], 0
+        for i in range(n):
+            size = rng.randint(1, 9)
+            at += rng.choice((0, 0, 0, 1, 5))   # mostly back to back, some gaps
+            parts.append(Part(f"sha256:{i:064x}", at, size))
+            at += size
+        want = split_where(parts, lambda a, b: a.offset + a.size == b.offset)
+        assert [list(s) for s in stretches(parts)] == want
+
+
 # -- the parallel hashing engine ---------------------------------------------------------------
 
 def test_hash_ranges_match_hashlib_and_copy_exactly(tmp_path):
