@@ -24,7 +24,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from isal.isal_zlib import crc32 as _crc32  # ISA-L: zlib's CRC-32 at ~3x the speed, GIL released
 
@@ -32,7 +32,7 @@ from .errors import IntegrityError
 
 __all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
            "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress",
-           "gc_held", "GC_HOLD_SECONDS"]
+           "gc_held", "GC_HOLD_SECONDS", "Background"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
 #: writes that wait on the disk overlap with hashing)
@@ -406,6 +406,56 @@ def gc_held(limit: float = GC_HOLD_SECONDS) -> Iterator[None]:
         yield
     finally:
         _GC_HOLD.exit()
+
+
+class Background:
+    """``work(progress)`` on a thread of its own for the length of a ``with`` block (a push's
+    large chunks going up while the rest of it is planned). ``progress`` is the caller's,
+    made safe across threads, and raises ``CancelledError`` once the block failed: a transfer
+    reporting progress then stops where it is (``run_parallel`` starts nothing more, temp
+    files are removed), so the block's exit, which waits for the thread, does not wait for the
+    rest of a large upload. ``result()`` after the block: what ``work`` returned, or its error.
+
+    >>> with Background(lambda progress: 6 * 7, None) as job:
+    ...     pass
+    >>> job.result()
+    42
+    """
+
+    def __init__(self, work: Callable[[Callable[[int], None]], R], progress: Callable[[int], None] | None) -> None:
+        self._work, self._progress = work, locked_progress(progress)
+        self._stop = threading.Event()
+        self._value: list[R] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pt2reg-background", daemon=True)
+
+    def _report(self, n: int) -> None:
+        if self._stop.is_set():
+            from concurrent.futures import CancelledError
+
+            raise CancelledError("stopped: the operation it was part of failed")
+        if self._progress is not None:
+            self._progress(n)
+
+    def _run(self) -> None:
+        try:
+            self._value.append(self._work(self._report))
+        except BaseException as exc:
+            self._error = exc
+
+    def __enter__(self) -> "Background":
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if exc is not None:
+            self._stop.set()
+        self._thread.join()
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value[0]
 
 
 def locked_progress(progress: Callable[[int], None] | None) -> Callable[[int], None] | None:

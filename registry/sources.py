@@ -232,7 +232,7 @@ class BlobCache:
         if digest_of_bytes(data) != ref.digest:
             self.evict(ref.digest)
             return None
-        return Manifest.from_bytes(data, ref.digest)
+        return Manifest.from_bytes(data)
 
     def pinned_bundle(self, ref: Ref, manifest: Manifest) -> MaterializedBundle | None:
         """A digest-pinned ref whose ``manifest`` (``pinned`` returned it) and members are all

@@ -31,14 +31,16 @@ from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, atomic_download, blob_
 
 __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
-#: put_parts makes its temp files durable and renames them into place every this many bytes
-#: (on a thread of its own, while the copies go on): one filesystem sync per batch, and a
-#: killed push keeps every batch it committed. A sync here costs ~1 ms per MiB written since
-#: the last, however long the bytes sat in the page cache (measured: the disk's flush, not the
-#: writeback, is the cost), so batches smaller than a push let it overlap the copies: a 207 MiB
-#: push, 0.60 s with 256 MiB batches (one sync at the end), 0.53 s with 64 MiB; a 2 GiB push
-#: the same either way (benchmarks/README.md, "Scale")
-COMMIT_BYTES = 64 * 1024 * 1024
+#: put_parts syncs the filesystem every this many bytes its writers wrote (on a thread of its
+#: own, while the copies go on), then renames into place the temp files finished before that
+#: sync began: a killed push keeps every batch it committed. A sync here costs ~1 ms per MiB
+#: written since the last, however long the bytes sat in the page cache (measured: the disk's
+#: flush, not the writeback, is the cost; sync_file_range hints do not shorten it), so syncing
+#: as the bytes come, finished files or not, keeps the disk flushing while the copies run: a
+#: 207 MiB push of 10,000 tensors took 0.60 s with one sync per 256 MiB of finished files (one
+#: at the end), 0.48 s with 64 MiB, 0.44-0.47 s with a sync per 16 MiB written; a 2 GiB push
+#: the same with each (1.14-1.21x ``cp + sync``; benchmarks/README.md, "Scale")
+COMMIT_BYTES = 16 * 1024 * 1024
 #: ... or every this many blobs, whichever comes first
 COMMIT_BLOBS = 4096
 
@@ -131,29 +133,32 @@ class LocalBlobStore:
         todo, repeated = unique_parts(parts)
         if progress is not None and repeated:
             progress(repeated)
+        if not todo and not packs:
+            return 0, repeated, []
         staged: list[tuple[str, str, int] | None] = [None] * len(packs)   # (tmp, digest, size) of each pack
         with open_range(path, 0, None) as (src, file_size):
             for part in [*todo, *(p for pack in packs for p in pack)]:
                 checked_range(file_size, part.offset, part.size, path)
             src_fd = src.fileno()
             committer = _Committer(self)
+            wrote = committer.counting(progress)
 
             def one(item: Part | int) -> tuple[int, int]:
                 if isinstance(item, int):   # a pack: made durable with the others, renamed once claimed
                     assert tag is not None
-                    tmp, digest, size = staged[item] = self._write_pack_tmp(src_fd, packs[item], path, progress, tag)
-                    committer.add(tmp, Part(digest, 0, size), held=True)
+                    tmp, digest, size = staged[item] = self._write_pack_tmp(src_fd, packs[item], path, wrote, tag)
+                    _handed(committer, tmp, Part(digest, 0, size), held=True)
                     return size, 0
                 if item.digest not in unrecorded and self._intact(item.digest, item.size):
                     # already stored; the source is still checked: a push of a damaged file fails
                     check_range(path, item, fd=src_fd, progress=progress)
                     return 0, item.size
-                committer.add(self._write_tmp(src_fd, item, path, progress), item)
+                _handed(committer, self._write_tmp(src_fd, item, path, wrote), item)
                 return item.size, 0
 
             try:
-                # the packs first (the claim waits for the last of them), in bundle order: largest
-                # first made the first syncs start later and the push slower (0.53 s against 0.48)
+                # the packs first, in bundle order (largest first made the first syncs start later
+                # and the push slower: 0.53 s against 0.48); all are claimed once everything is written
                 done = run_parallel(one, [*range(len(packs)), *todo], WORKERS)
                 named = [(digest, size) for _tmp, digest, size in filter(None, staged)]
                 if packs:
@@ -435,6 +440,7 @@ class _Committer:
         self._ready: list[tuple[str, str, int]] = []   # (tmp, digest, size) written, not renamed
         self._held: set[str] = set()                   # temp files not to be renamed yet
         self._synced_held: list[tuple[str, str, int]] = []
+        self._written = 0                              # bytes written since the last sync began
         self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="pt2reg-commit", daemon=True)
@@ -442,8 +448,7 @@ class _Committer:
 
     def add(self, tmp: str, part: Part, *, held: bool = False) -> None:
         with self._cond:
-            if self._error is not None:
-                raise self._error
+            self._raise_error()
             self._ready.append((tmp, part.digest, part.size))
             if held:
                 self._held.add(tmp)
@@ -452,29 +457,51 @@ class _Committer:
     def release(self) -> None:
         """The held files may be renamed now (with the next batch)."""
         with self._cond:
-            if self._error is not None:
-                raise self._error
+            self._raise_error()
             self._held.clear()
             self._ready += self._synced_held
             self._synced_held = []
             self._cond.notify()
 
+    def _raise_error(self) -> None:
+        """The committer's failure, if any (called holding ``_cond``)."""
+        exc = self._error
+        if exc is None:
+            return
+        if isinstance(exc, OSError):
+            raise StoreError(f"cannot store blobs in {self._store.url}: {_oneline(exc)}") from exc
+        raise exc
+
+    def counting(self, progress: ProgressFn | None) -> Callable[[int], None]:
+        """``progress``, also telling this committer how many bytes the writers wrote (a sync
+        is due every ``COMMIT_BYTES`` written, finished files or not)."""
+        def wrote(n: int) -> None:
+            with self._cond:
+                self._written += n
+                if self._written >= COMMIT_BYTES:
+                    self._cond.notify()
+            if progress is not None:
+                progress(n)
+        return wrote
+
     def _take(self) -> list[tuple[str, str, int]] | None:
+        """The files to rename after the next sync (perhaps none: a sync of files still being
+        written is due, so that the last one finds little left to flush); None once closing
+        and nothing is left."""
         with self._cond:
-            while not self._closing and sum(n for _t, _d, n in self._ready) < COMMIT_BYTES \
-                    and len(self._ready) < COMMIT_BLOBS:
+            while not self._closing and self._written < COMMIT_BYTES and len(self._ready) < COMMIT_BLOBS:
                 self._cond.wait()
-            if self._closing and not self._ready:
-                return None
-            batch, self._ready = self._ready, []
+            if self._error is not None or (self._closing and not self._ready):
+                return None   # aborted (what is ready is discarded, not renamed), or done
+            batch, self._ready, self._written = self._ready, [], 0
             return batch
 
     def _run(self) -> None:
         batch: list[tuple[str, str, int]] = []
         try:
             while True:
-                batch = self._take() or []
-                if not batch:
+                batch = self._take()
+                if batch is None:
                     return
                 sync_filesystem(self._store.root)
                 while batch:
@@ -530,6 +557,16 @@ class _Committer:
         for tmp, _d, _n in left:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+def _handed(committer: _Committer, tmp: str, part: Part, *, held: bool = False) -> None:
+    """``committer.add``; the temp file is removed if the committer failed already."""
+    try:
+        committer.add(tmp, part, held=held)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _sorted_names(directory: Path) -> list[str]:

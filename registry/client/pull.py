@@ -70,7 +70,7 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     trust policy) sees the digest and signatures before any blob is fetched. ``defer_weights``:
     raw weight chunks may still be fetching when this returns (``src.pending``); ``in_place``
     (default: always) whether they may be verified where they lie in a local store."""
-    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"), version.digest)
+    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
     if manifest.digest != version.digest:
         raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
                              f"its digest {version.digest}", hint="the metadata database was altered")

@@ -29,20 +29,22 @@ Verdicts stay on this machine: no request carries one and the server reads none.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
-from ..blobs.base import ProgressFn, run_parallel
+from ..blobs.base import ProgressFn, locked_progress, run_parallel
+from ..parallel import Background
 from ..config import actor, hostname
 from ..errors import ConflictError
 from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import plan_upload, upload_plan
+from .transfer import large_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord
@@ -102,24 +104,40 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # torch will only ever read what the loader can vet. A member skipped on a verdict is
     # covered by the chunk verification of upload_plan below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
-    # a local store names new packs in the pass that writes them (one read and hash of their
-    # chunks fewer); other stores get packs hashed here first, their names claimed before upload
+    progress = locked_progress(progress)
+    # A local store names new packs in the pass that writes them (one read and hash of their
+    # chunks fewer), and the claim grows as the push learns what it stores: the large chunks
+    # go up while the rest is planned. Other stores get packs hashed first, every name claimed
+    # before anything is uploaded.
     one_pass = callable(getattr(blobs, "put_packs", None)) and callable(getattr(meta, "extend_pending", None))
-    plan = plan_upload(bundle, meta, blobs, name, hash_packs=not one_pass)
-    digests = {d for d, _ in plan.blobs()}
-    # the new packs' temp files are named by a digest no blob has, claimed with the rest
-    tag = "sha256:" + secrets.token_hex(32) if plan.groups else None
-    pending = meta.begin_pending(sorted(digests | {manifest.digest} | ({tag} if tag else set())),
+    if one_pass:
+        plan, early = None, large_parts(bundle)
+        first = {p.digest for p in early}
+        # the new packs' temp files are named by a digest no blob has, claimed with the rest
+        tag: str | None = "sha256:" + secrets.token_hex(32)
+    else:
+        plan, early = plan_upload(bundle, meta, blobs, name), []
+        first, tag = {d for d, _ in plan.blobs()}, None
+    pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
                                  host=hostname(), pid=os.getpid(), name=name)
     named: list[tuple[str, int]] = []
 
-    def claim(packs: list[tuple[str, int]]) -> None:
-        """The new packs, written and not yet visible: claimed before they are renamed in."""
-        if not meta.extend_pending(pending, [d for d, _ in packs]):  # type: ignore[attr-defined]
+    def claim_more(digests: Collection[str]) -> None:
+        if digests and not meta.extend_pending(pending, sorted(digests)):  # type: ignore[attr-defined]
             raise ConflictError(f"push of {name} lost its pending-push claim while uploading: gc reaped it "
                                 f"because the push stalled past its heartbeat; nothing was recorded",
                                 hint="push again (it uploads whatever gc deleted)")
+
+    def claim(packs: list[tuple[str, int]]) -> None:
+        """The new packs, written and not yet visible: claimed before they are renamed in."""
+        claim_more([d for d, _ in packs])
         named.extend(packs)
+
+    def unrecorded(digests: set[str]) -> set[str]:
+        """Blobs no version records are (nearly always) not stored: uploaded without asking the
+        store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes."""
+        recorded = meta.recorded_blobs(sorted(digests))
+        return set() if recorded is None else digests - recorded
 
     def missing_blobs(digests: list[str]) -> list[str]:
         """The digests the blob store lacks (stat / HEAD, several at once), in order."""
@@ -128,12 +146,20 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
 
     try:
         with _Heartbeat(meta, pending):
-            # blobs no version records are (nearly always) not stored: upload them without asking
-            # the store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes
-            recorded = meta.recorded_blobs(sorted(digests))
-            unrecorded = set() if recorded is None else digests - recorded
-            uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded,
-                                            tag=tag, claim=claim)
+            if plan is None:
+                new = unrecorded(first)
+                with Background(lambda report: blobs.put_parts(bundle.path, early, progress=report,
+                                                               unrecorded=new), progress) as job:
+                    plan = plan_upload(bundle, meta, blobs, name, hash_packs=False)
+                    rest = {d for d, _ in plan.blobs()} - first
+                    claim_more(rest)
+                    later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in first])
+                    uploaded, skipped = upload_plan(bundle, later, blobs, progress, unrecorded=unrecorded(rest),
+                                                    tag=tag, claim=claim)
+                done_early = job.result()
+                uploaded, skipped = uploaded + done_early[0], skipped + done_early[1]
+            else:
+                uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded(first))
             if plan.groups:
                 plan = plan.named(named)
             stored = plan.blobs()

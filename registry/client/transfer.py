@@ -51,7 +51,7 @@ from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run
 from ..sources import BlobCache
 from .ports import MetadataStore
 
-__all__ = ["UploadPlan", "plan_upload", "upload_plan", "assemble_member", "fetch_members",
+__all__ = ["UploadPlan", "plan_upload", "upload_plan", "large_parts", "assemble_member", "fetch_members",
            "fetch_members_deferred", "DeferredMembers", "member_parts", "fetch_parts"]
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
@@ -161,6 +161,22 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
             return plan
         names = run_parallel(lambda g: "sha256:" + cast(str, hash_parts(bundle.path, fd, g)), groups, WORKERS)
     return plan.named([(digest, sum(p.size for p in g)) for digest, g in zip(names, groups)])
+
+
+def large_parts(bundle: BundleFile) -> list[Part]:
+    """The parts ``plan_upload`` stores as blobs of their own whatever else it finds: members
+    not chunked, and chunks of ``PACK_BELOW`` bytes or more (each digest once, in bundle order)."""
+    out: list[Part] = []
+    seen: set[str] = set()
+    for m in bundle.manifest.members:
+        offset, _size = bundle.member_span(m.path)
+        spans = [(m.digest, offset, m.size)] if not m.chunks else \
+            [("sha256:" + sha, offset + at, n) for sha, at, n in m.chunk_spans() if n >= PACK_BELOW]
+        for digest, at, n in spans:
+            if digest not in seen:
+                seen.add(digest)
+                out.append(Part(digest, at, n))
+    return out
 
 
 def _stored_whole(blobs: BlobStore, digest: str, size: int) -> bool:

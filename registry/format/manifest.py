@@ -803,18 +803,14 @@ class Manifest:
     order_given: bool = field(default=False, repr=False)   # "program_order" written in the JSON
 
     @classmethod
-    def from_raw(cls, raw: Any, *, canonical: bytes | None = None) -> "Manifest":
-        """Validate ``raw`` (parsed JSON) into a manifest. ``canonical``: bytes already known to
-        be its identity (``from_bytes`` with the digest they hash to), kept instead of being
-        written again."""
+    def from_raw(cls, raw: Any) -> "Manifest":
         problems = validate_raw(raw)
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ManifestError(f"invalid manifest: {problems[0]}{more}", problems=problems)
         order = raw.get("program_order") or sorted(raw["programs"])
         try:
-            if canonical is None:
-                canonical = _canonical(raw)
+            canonical = _canonical(raw)
         except UnicodeEncodeError:  # "\ud800" parses as JSON but is no Unicode text
             problem = "it holds a lone surrogate (a \\ud800-\\udfff escape alone), which is not Unicode text"
             raise ManifestError(f"invalid manifest: {problem}", problems=[problem]) from None
@@ -829,23 +825,15 @@ class Manifest:
             canonical=canonical, order_given="program_order" in raw)
 
     @classmethod
-    def from_bytes(cls, data: bytes, digest: str | None = None) -> "Manifest":
-        """Parse and validate ``data``. ``digest``: the digest the caller expects (a version's, a
-        pin's). When ``data`` hashes to it, ``data`` is kept as the canonical form instead of
-        being written again (8 ms for a manifest of 10,000 chunks, at every pull): a digest names
-        exactly the bytes hashed to it, and every manifest is stored and hashed in its canonical
-        form, so the resulting ``digest`` is the same either way. Anything else (no digest, or
-        bytes that hash to something else) is written canonically as before, and the caller's
-        comparison of digests decides."""
+    def from_bytes(cls, data: bytes) -> "Manifest":
         try:
             raw = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except RecursionError as exc:
             raise ManifestError("manifest.json is nested too deeply") from exc
         except (UnicodeDecodeError, ValueError) as exc:
             raise ManifestError(f"manifest.json is not valid JSON ({exc})") from exc
-        known = bytes(data) if digest is not None and digest_of_bytes(data) == digest else None
         try:
-            return cls.from_raw(raw, canonical=known)
+            return cls.from_raw(raw)
         except RecursionError as exc:
             raise ManifestError("manifest.json is nested too deeply") from exc
 

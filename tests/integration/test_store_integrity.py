@@ -79,18 +79,17 @@ def aws_env(reg_env, monkeypatch):
 # -- 1. publish re-checks its claim and its blobs -------------------------------------------------
 
 def _stall_push_then(monkeypatch, during_upload):
-    """Run ``during_upload(claim_id)`` after push uploaded its chunks, before it publishes."""
-    import registry.client.push as push_mod
+    """Run ``during_upload()`` after push uploaded its blobs, before it publishes."""
+    from registry.store import SqlMetadataStore
 
-    real = push_mod.upload_plan
+    real = SqlMetadataStore.publish
     seen = {}
 
-    def upload(bundle, plan, blobs, progress, **kwargs):
-        result = real(bundle, plan, blobs, progress, **kwargs)
+    def publish(self, *args, **kwargs):
         seen["claims"] = during_upload()
-        return result
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(push_mod, "upload_plan", upload)
+    monkeypatch.setattr(SqlMetadataStore, "publish", publish)
     return seen
 
 

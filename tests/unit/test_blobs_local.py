@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -458,7 +459,7 @@ class TestLocalSpecifics:
         removed by ``finish``, and ``abort`` removes held files too."""
         import registry.blobs.local as local
 
-        monkeypatch.setattr(local, "COMMIT_BYTES", 1)          # every file its own batch
+        monkeypatch.setattr(local, "COMMIT_BYTES", 1)          # a sync after every byte written
         syncs = []
         real_sync = local.sync_filesystem
         monkeypatch.setattr(local, "sync_filesystem", lambda root: (syncs.append(root), real_sync(root)))
@@ -474,10 +475,10 @@ class TestLocalSpecifics:
             held, plain = temp(b"held %d" % release), temp(b"plain %d" % release)
             committer.add(*held, held=True)
             committer.add(*plain)
-            for _ in range(200):
+            committer.counting(None)(1)                           # a byte written: a sync is due
+            for _ in range(3000):   # syncfs flushes the whole filesystem: slow on a busy disk
                 if store.exists(plain[1].digest):
                     break
-                import time
                 time.sleep(0.01)
             assert store.exists(plain[1].digest) and not store.exists(held[1].digest)
             # added before ``plain``, so in its batch or an earlier one: synced, not renamed
@@ -491,6 +492,30 @@ class TestLocalSpecifics:
         committer.add(*held, held=True)
         committer.abort()
         assert not store.exists(held[1].digest) and not Path(held[0]).exists()
+
+    def test_put_parts_syncs_as_bytes_are_written_not_only_when_files_finish(self, tmp_path, monkeypatch):
+        """A sync is due every ``COMMIT_BYTES`` written, so the disk flushes while a large blob
+        is still being copied (the last sync finds little left); the blob is renamed in only
+        after a sync that began once it was complete."""
+        import registry.blobs.local as local
+
+        monkeypatch.setattr(local, "COMMIT_BYTES", 4 * MiB)
+        done = [0]
+        at_sync = []
+        real_sync = local.sync_filesystem
+        monkeypatch.setattr(local, "sync_filesystem", lambda root: (at_sync.append(done[0]), real_sync(root)))
+        store = LocalBlobStore(tmp_path / "store")
+        data = os.urandom(24 * MiB)
+        src = tmp_path / "src.bin"
+        src.write_bytes(data)
+
+        def progress(n):
+            done[0] += n
+            time.sleep(0.01)   # a slow copy: the committer gets to sync in between
+        store.put_parts(src, [Part(blob(data)[1], 0, len(data))], progress=progress)
+        assert any(0 < n < len(data) for n in at_sync), at_sync
+        assert at_sync[-1] == len(data)
+        assert store.read_bytes(blob(data)[1], max_size=len(data)) == data
 
     def test_constructor_does_no_io(self, tmp_path):
         LocalBlobStore(tmp_path / "not-yet")

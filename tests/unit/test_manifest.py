@@ -217,25 +217,6 @@ def test_the_canonical_form_of_a_long_chunk_list_is_the_generic_encoders():
         assert Manifest.from_bytes(json.dumps(raw, indent=1).encode()).canonical == canonical_json(raw)
 
 
-def test_bytes_that_hash_to_the_expected_digest_are_kept_as_the_canonical_form():
-    """``from_bytes(data, digest)``: when ``data`` hashes to ``digest`` it is kept, not written
-    again (what a pull reads is the canonical form its version's digest was taken of); bytes
-    that hash to something else are written canonically, so the caller's digest check fails."""
-    from registry.digests import canonical_json, digest_of_bytes
-
-    raw = _chunked(300)
-    canonical = canonical_json(raw)
-    digest = digest_of_bytes(canonical)
-    m = Manifest.from_bytes(canonical, digest)
-    assert m.canonical == canonical and m.digest == digest
-    assert m == Manifest.from_bytes(canonical)
-    spaced = json.dumps(raw, indent=1).encode()
-    assert Manifest.from_bytes(spaced, digest).canonical == canonical        # not its digest: rewritten
-    assert Manifest.from_bytes(spaced, digest_of_bytes(spaced)).digest == digest_of_bytes(spaced)
-    with pytest.raises(ManifestError):                                        # still validated
-        Manifest.from_bytes(canonical_json({**raw, "format": "x"}), digest_of_bytes(canonical_json({**raw, "format": "x"})))
-
-
 def test_a_lone_surrogate_is_a_manifest_error_not_a_crash():
     """JSON lets ``\\ud800`` stand alone; it is not Unicode text, so no canonical bytes exist."""
     raw = minimal()

@@ -81,6 +81,42 @@ def test_stretches_cut_where_parts_stop_lying_back_to_back():
         assert [list(s) for s in stretches(parts)] == want
 
 
+def test_background_work_stops_at_its_next_progress_once_the_block_fails():
+    """``Background``: the work runs beside the block; its result (or error) after it; when the
+    block raises, the work's next progress report raises instead, so a long transfer ends
+    there and the block's exit does not wait for the rest of it."""
+    import threading
+    import time
+    from concurrent.futures import CancelledError
+
+    from registry.parallel import Background
+
+    seen = []
+    with Background(lambda report: (report(3), report(4), "done")[-1], seen.append) as job:
+        pass
+    assert job.result() == "done" and seen == [3, 4]
+
+    started, steps = threading.Event(), []
+
+    def long_transfer(report):
+        started.set()
+        for _ in range(1000):
+            time.sleep(0.005)
+            report(1)
+            steps.append(1)
+    with pytest.raises(KeyError):
+        with Background(long_transfer, None) as job:
+            started.wait(5)
+            raise KeyError("the plan failed")
+    assert len(steps) < 200
+    with pytest.raises(CancelledError):
+        job.result()
+    with Background(lambda report: 1 / 0, None) as job:
+        pass
+    with pytest.raises(ZeroDivisionError):
+        job.result()
+
+
 # -- the parallel hashing engine ---------------------------------------------------------------
 
 def test_hash_ranges_match_hashlib_and_copy_exactly(tmp_path):
