@@ -44,7 +44,7 @@ from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import large_parts, plan_upload, upload_plan
+from .transfer import UploadPlan, large_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord
@@ -120,7 +120,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
         first, tag = {d for d, _ in plan.blobs()}, None
     pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
                                  host=hostname(), pid=os.getpid(), name=name)
-    named: list[tuple[str, int]] = []
+    named: list[UploadPlan] = []   # the plan with its new packs named (``claim``)
 
     def claim_more(digests: Collection[str]) -> None:
         if digests and not meta.extend_pending(pending, sorted(digests)):  # type: ignore[attr-defined]
@@ -129,9 +129,12 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                                 hint="push again (it uploads whatever gc deleted)")
 
     def claim(packs: list[tuple[str, int]]) -> None:
-        """The new packs, written and not yet visible: claimed before they are renamed in."""
+        """The new packs, written and not yet visible: claimed before they are renamed in; the
+        version's pack index is then written out while the store flushes the last bytes."""
         claim_more([d for d, _ in packs])
-        named.extend(packs)
+        assert plan is not None
+        named.append(plan.named(packs))
+        named[0].index.to_json()
 
     def unrecorded(digests: set[str]) -> set[str]:
         """Blobs no version records are (nearly always) not stored: uploaded without asking the
@@ -161,7 +164,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
             else:
                 uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded(first))
             if plan.groups:
-                plan = plan.named(named)
+                plan = named[0]
             stored = plan.blobs()
             blobs.put_bytes(manifest.canonical, manifest.digest)
             version, created = meta.publish(
