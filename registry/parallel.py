@@ -23,6 +23,7 @@ import hashlib
 import os
 import queue
 import threading
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -411,10 +412,13 @@ def gc_held(limit: float = GC_HOLD_SECONDS) -> Iterator[None]:
 class Background:
     """``work(progress)`` on a thread of its own for the length of a ``with`` block (a push's
     large chunks going up while the rest of it is planned). ``progress`` is the caller's,
-    made safe across threads, and raises ``CancelledError`` once the block failed: a transfer
-    reporting progress then stops where it is (``run_parallel`` starts nothing more, temp
-    files are removed), so the block's exit, which waits for the thread, does not wait for the
-    rest of a large upload. ``result()`` after the block: what ``work`` returned, or its error.
+    made safe across threads, and raises ``CancelledError`` once the block failed (or the wait
+    at its end was interrupted): a transfer reporting progress then stops where it is
+    (``run_parallel`` starts nothing more, temp files are removed), so the block's exit, which
+    waits for the thread, does not wait for the rest of a large upload. ``check()`` in the
+    block raises the work's error as soon as it failed; ``result()`` after the block: what
+    ``work`` returned, or its error. A block that failed on its own gets the work's error as a
+    note.
 
     >>> with Background(lambda progress: 6 * 7, None) as job:
     ...     pass
@@ -431,8 +435,6 @@ class Background:
 
     def _report(self, n: int) -> None:
         if self._stop.is_set():
-            from concurrent.futures import CancelledError
-
             raise CancelledError("stopped: the operation it was part of failed")
         if self._progress is not None:
             self._progress(n)
@@ -450,11 +452,24 @@ class Background:
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if exc is not None:
             self._stop.set()
-        self._thread.join()
+        try:
+            self._thread.join()
+        except BaseException:   # interrupted while waiting (Ctrl-C): stop the work, then wait for it
+            self._stop.set()
+            self._thread.join()
+            raise
+        if isinstance(exc, BaseException) and self._error is not None and exc is not self._error \
+                and not isinstance(self._error, CancelledError):
+            exc.add_note(f"meanwhile, in the background: {self._error}")
 
-    def result(self) -> Any:
+    def check(self) -> None:
+        """Raise the work's error now if it failed already (the block stops early instead of
+        finishing what the failure made useless)."""
         if self._error is not None:
             raise self._error
+
+    def result(self) -> Any:
+        self.check()
         return self._value[0]
 
 

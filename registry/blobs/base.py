@@ -288,8 +288,9 @@ def hash_parts(path: str | os.PathLike, fd: int, parts: Sequence[Part], *, conca
         want = block[-1].offset + block[-1].size - start
         data = memoryview(os.pread(fd, want, start))
         if len(data) != want:
+            cut = next(p for p in block if p.offset + p.size > start + len(data))
             raise IntegrityError(f"{os.fspath(path)} ended {want - len(data)} bytes early (at byte "
-                                 f"{start + len(data)}), inside the chunk that starts at {block[0].offset}",
+                                 f"{start + len(data)}), inside the chunk at offset {cut.offset} ({cut.digest})",
                                  hint="the file is damaged or was altered after it was built")
         for part in block:
             got = hashlib.sha256(data[part.offset - start:part.offset - start + part.size]).hexdigest()

@@ -507,6 +507,9 @@ class _Committer:
                 while batch:
                     tmp, digest, _n = batch[0]
                     with self._cond:
+                        if self._error is not None:   # aborted: the rest is discarded, not renamed
+                            self._ready = batch + self._ready
+                            return
                         if tmp in self._held:   # durable now; renamed once released
                             self._synced_held.append(batch.pop(0))
                             continue

@@ -121,6 +121,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
                                  host=hostname(), pid=os.getpid(), name=name)
     named: list[UploadPlan] = []   # the plan with its new packs named (``claim``)
+    job: Background | None = None
 
     def claim_more(digests: Collection[str]) -> None:
         if digests and not meta.extend_pending(pending, sorted(digests)):  # type: ignore[attr-defined]
@@ -131,6 +132,8 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     def claim(packs: list[tuple[str, int]]) -> None:
         """The new packs, written and not yet visible: claimed before they are renamed in; the
         version's pack index is then written out while the store flushes the last bytes."""
+        if job is not None:
+            job.check()   # the large chunks failed: no pack is shown
         claim_more([d for d, _ in packs])
         assert plan is not None
         named.append(plan.named(packs))
@@ -153,11 +156,17 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                 new = unrecorded(first)
                 with Background(lambda report: blobs.put_parts(bundle.path, early, progress=report,
                                                                unrecorded=new), progress) as job:
+                    def reported(n: int) -> None:   # the upload stops as soon as the large chunks failed
+                        job.check()
+                        if progress is not None:
+                            progress(n)
+
                     plan = plan_upload(bundle, meta, blobs, name, hash_packs=False)
                     rest = {d for d, _ in plan.blobs()} - first
+                    job.check()
                     claim_more(rest)
                     later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in first])
-                    uploaded, skipped = upload_plan(bundle, later, blobs, progress, unrecorded=unrecorded(rest),
+                    uploaded, skipped = upload_plan(bundle, later, blobs, reported, unrecorded=unrecorded(rest),
                                                     tag=tag, claim=claim)
                 done_early = job.result()
                 uploaded, skipped = uploaded + done_early[0], skipped + done_early[1]

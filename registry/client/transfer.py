@@ -165,17 +165,15 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
 
 def large_parts(bundle: BundleFile) -> list[Part]:
     """The parts ``plan_upload`` stores as blobs of their own whatever else it finds: members
-    not chunked, and chunks of ``PACK_BELOW`` bytes or more (each digest once, in bundle order)."""
+    not chunked, and chunks of ``PACK_BELOW`` bytes or more, in bundle order (a repeated one
+    too: ``put_parts`` counts it as already stored)."""
     out: list[Part] = []
-    seen: set[str] = set()
     for m in bundle.manifest.members:
         offset, _size = bundle.member_span(m.path)
-        spans = [(m.digest, offset, m.size)] if not m.chunks else \
-            [("sha256:" + sha, offset + at, n) for sha, at, n in m.chunk_spans() if n >= PACK_BELOW]
-        for digest, at, n in spans:
-            if digest not in seen:
-                seen.add(digest)
-                out.append(Part(digest, at, n))
+        if not m.chunks:
+            out.append(Part(m.digest, offset, m.size))
+            continue
+        out += [Part("sha256:" + sha, offset + at, n) for sha, at, n in m.chunk_spans() if n >= PACK_BELOW]
     return out
 
 

@@ -373,6 +373,38 @@ def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_t
         assert meta.pending_claims() == []
 
 
+def test_the_large_chunks_sent_early_are_exactly_those_the_plan_stores_whole(local_home, tiny, monkeypatch):
+    """``large_parts`` (sent while the plan runs) is part of what ``plan_upload`` stores as
+    blobs of their own, repeats included, and nothing else; a plan that fails stops the push
+    with its error, leaves no temp file and releases the claim."""
+    from collections import Counter
+
+    import registry.client.push as push
+    from registry.blobs.local import LocalBlobStore
+    from registry.client import Registry
+    from registry.client.transfer import large_parts, plan_upload
+    from registry.format.bundle import BundleFile
+    from registry.format.packs import PACK_BELOW
+    from registry.store import open_metadata_store
+
+    bundle = BundleFile.open(tiny["other"])
+    with open_metadata_store(f"sqlite:///{local_home.parent / 'empty.db'}", auto_create=True) as meta:
+        plan = plan_upload(bundle, meta, LocalBlobStore(local_home.parent / "s"), "m", hash_packs=False)
+    early = large_parts(bundle)
+    assert early and not Counter(early) - Counter(plan.whole)
+    assert all(p.size >= PACK_BELOW or p.digest in {m.digest for m in bundle.manifest.members} for p in early)
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the plan failed")
+    monkeypatch.setattr(push, "plan_upload", failing)
+    with Registry() as reg:
+        with pytest.raises(RuntimeError, match="the plan failed"):
+            reg.push(tiny["base"], "tiny")
+        assert reg.meta.pending_claims() == [] and reg.meta.list_models() == []
+    _blobs, tmp = _store_files(local_home)
+    assert not tmp
+
+
 def test_gc_while_a_push_writes_its_packs_spares_them(local_home, tiny, tmp_path, monkeypatch):
     """gc (no grace period) runs after the packs are written and before they are claimed by
     name: their temp files are named by the push's claimed tag, so gc leaves them, and the

@@ -503,9 +503,11 @@ class TestLocalSpecifics:
         done = [0]
         at_sync = []
         real_sync = local.sync_filesystem
-        monkeypatch.setattr(local, "sync_filesystem", lambda root: (at_sync.append(done[0]), real_sync(root)))
         store = LocalBlobStore(tmp_path / "store")
         data = os.urandom(24 * MiB)
+        monkeypatch.setattr(local, "sync_filesystem", lambda root: (
+            at_sync.append(done[0]), shown.append(store.exists(blob(data)[1])), real_sync(root)))
+        shown = []
         src = tmp_path / "src.bin"
         src.write_bytes(data)
 
@@ -515,6 +517,7 @@ class TestLocalSpecifics:
         store.put_parts(src, [Part(blob(data)[1], 0, len(data))], progress=progress)
         assert any(0 < n < len(data) for n in at_sync), at_sync
         assert at_sync[-1] == len(data)
+        assert not any(shown[:-1])    # not visible before a sync that began once it was complete
         assert store.read_bytes(blob(data)[1], max_size=len(data)) == data
 
     def test_constructor_does_no_io(self, tmp_path):

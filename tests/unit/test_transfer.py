@@ -112,9 +112,32 @@ def test_background_work_stops_at_its_next_progress_once_the_block_fails():
     with pytest.raises(CancelledError):
         job.result()
     with Background(lambda report: 1 / 0, None) as job:
-        pass
+        time.sleep(0.05)
+        with pytest.raises(ZeroDivisionError):
+            job.check()                      # seen in the block, as soon as it failed
     with pytest.raises(ZeroDivisionError):
         job.result()
+    with pytest.raises(KeyError) as info:    # the block's own failure carries the work's as a note
+        with Background(lambda report: 1 / 0, None) as job:
+            time.sleep(0.05)
+            raise KeyError("the plan failed")
+    assert any("division by zero" in note for note in info.value.__notes__)
+
+    # Ctrl-C while the block's end waits for the work: the work stops too
+    steps.clear()
+    started.clear()
+    with pytest.raises(KeyboardInterrupt):
+        with Background(long_transfer, None) as job:
+            started.wait(5)
+            real_join, calls = job._thread.join, []
+
+            def interrupted_join(*args):
+                calls.append(1)
+                if len(calls) == 1:
+                    raise KeyboardInterrupt
+                return real_join(*args)
+            job._thread.join = interrupted_join
+    assert len(steps) < 200 and not job._thread.is_alive()
 
 
 # -- the parallel hashing engine ---------------------------------------------------------------
