@@ -4,9 +4,13 @@
    the loader will vet it, or found in this machine's verdicts: see below) before anything is
    sent;
 2. the blobs it will write are *claimed* in the metadata store (gc spares claimed blobs) and
-   the claim is kept alive by a heartbeat while the upload runs;
+   the claim is kept alive by a heartbeat while the upload runs. To a local store the claim
+   grows as the push learns what it stores, always before a blob becomes visible: first the
+   large chunks (uploaded while the rest is planned) and a random tag that names the temp
+   files of new packs, then the planned blobs, then each new pack by name once it is written
+   and before it is renamed in (``LocalBlobStore.put_packs``, ``extend_pending``);
 3. every blob is uploaded, each range of the file hashed against its blob's digest (a chunked
-   member is its chunks);
+   member is its chunks; a new pack is checked chunk by chunk in the pass that writes it);
 4. the version, aliases, lineage, signatures and audit event are recorded in one transaction
    that fails if gc reaped the claim meanwhile or a blob is missing; the claim is released.
 
