@@ -33,7 +33,7 @@ from .errors import IntegrityError
 
 __all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
            "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress",
-           "gc_held", "GC_HOLD_SECONDS", "Background"]
+           "gc_held", "GC_HOLD_SECONDS", "Background", "pwrite_all", "Output"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
 #: writes that wait on the disk overlap with hashing)
@@ -104,7 +104,7 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
     buf = _buffer()
     h = hashlib.sha256()
     c = 0
-    pos = flushed = out_offset
+    out = Output(out_fd, out_offset, writeback=writeback) if out_fd is not None else None
     total = 0
     crcs = []
     for seg in segments:
@@ -119,14 +119,8 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
             h.update(data)
             if crc:
                 sc = _crc32(data, sc)
-            if out_fd is not None:
-                written = 0
-                while written < n:
-                    written += os.pwrite(out_fd, data[written:], pos + written)
-                pos += n
-                if writeback and pos - flushed >= WRITEBACK:
-                    start_writeback(out_fd, flushed, pos - flushed)
-                    flushed = pos
+            if out is not None:
+                out.write(data)
             offset += n
             left -= n
             total += n
@@ -135,9 +129,39 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
         if crc:
             crcs.append(sc)
             c = crc32_combine(c, sc, seg.size)
-    if writeback and out_fd is not None and pos > flushed:
-        start_writeback(out_fd, flushed, pos - flushed)
+    if out is not None:
+        out.close()
     return Hashed(h.hexdigest(), c, total, tuple(crcs))
+
+
+def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """All of ``data`` written at ``offset`` of ``fd`` (``os.pwrite`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        offset += n
+        view = view[n:]
+
+
+class Output:
+    """Where a hashing copy writes (``hash_copy``, ``blobs.base.hash_parts``): each block at
+    ``pos`` onwards of ``fd``, in order. ``writeback``: the copy will be synced, so the disk is
+    asked to start writing every ``WRITEBACK`` bytes and at ``close`` (``start_writeback``)."""
+
+    def __init__(self, fd: int, pos: int = 0, *, writeback: bool = False) -> None:
+        self.fd, self.pos, self._flushed, self._writeback = fd, pos, pos, writeback
+
+    def write(self, data: bytes | memoryview) -> None:
+        pwrite_all(self.fd, data, self.pos)
+        self.pos += len(data)
+        if self._writeback and self.pos - self._flushed >= WRITEBACK:
+            start_writeback(self.fd, self._flushed, self.pos - self._flushed)
+            self._flushed = self.pos
+
+    def close(self) -> None:
+        if self._writeback and self.pos > self._flushed:
+            start_writeback(self.fd, self._flushed, self.pos - self._flushed)
+            self._flushed = self.pos
 
 
 def hash_ranges(jobs: Sequence[Job | Sequence[Segment]], *, crc: bool = False,

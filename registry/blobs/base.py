@@ -25,8 +25,7 @@ from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTupl
 from ..atomic import atomic_write
 from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import (BATCH_BYTES, WRITEBACK, Segment, group_consecutive, hash_copy, locked_progress, run_parallel,
-                        start_writeback)
+from ..parallel import BATCH_BYTES, Output, Segment, group_consecutive, hash_copy, locked_progress, pwrite_all, run_parallel
 from ..refs import validate_digest
 
 __all__ = [
@@ -215,11 +214,8 @@ class PwriteWriter:
         if self._pos + len(data) > self._end:
             raise IntegrityError(f"blob {self._digest} is larger than the {self._end - self._pos} "
                                  f"bytes left for it", hint="the store holds the wrong content for it")
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(self._fd, view, self._pos)
-            self._pos += n
-            view = view[n:]
+        pwrite_all(self._fd, data, self._pos)
+        self._pos += len(data)
         return len(data)
 
     def flush(self) -> None:
@@ -282,7 +278,7 @@ def hash_parts(path: str | os.PathLike, fd: int, parts: Sequence[Part], *, conca
     and hashed, whatever the file holds by then; the disk is asked to start writing as it goes
     (``start_writeback``: the caller syncs)."""
     h = hashlib.sha256() if concatenation else None
-    pos = flushed = 0
+    out = Output(out_fd, writeback=True) if out_fd is not None else None
     for block in part_blocks(parts):
         start = block[0].offset
         want = block[-1].offset + block[-1].size - start
@@ -298,18 +294,12 @@ def hash_parts(path: str | os.PathLike, fd: int, parts: Sequence[Part], *, conca
                 raise range_error(path, part, got)
         if h is not None:
             h.update(data)
-        if out_fd is not None:
-            written = 0
-            while written < want:
-                written += os.pwrite(out_fd, data[written:], pos + written)
-            pos += want
-            if pos - flushed >= WRITEBACK:
-                start_writeback(out_fd, flushed, pos - flushed)
-                flushed = pos
+        if out is not None:
+            out.write(data)
         if progress is not None:
             progress(want)
-    if out_fd is not None and pos > flushed:
-        start_writeback(out_fd, flushed, pos - flushed)
+    if out is not None:
+        out.close()
     return h.hexdigest() if h is not None else None
 
 

@@ -464,7 +464,8 @@ class _Committer:
             self._cond.notify()
 
     def _raise_error(self) -> None:
-        """The committer's failure, if any (called holding ``_cond``)."""
+        """The committer's failure, if any, an ``OSError`` as a ``StoreError`` (called holding
+        ``_cond``)."""
         exc = self._error
         if exc is None:
             return
@@ -536,10 +537,8 @@ class _Committer:
                 os.unlink(tmp)
         if self._error is not None:
             self._discard()
-            exc = self._error
-            if isinstance(exc, OSError):
-                raise StoreError(f"cannot store blobs in {self._store.url}: {_oneline(exc)}") from exc
-            raise exc
+            with self._cond:
+                self._raise_error()
         try:
             sync_filesystem(self._store.root)
         except OSError as exc:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import os
 from typing import Callable, NamedTuple, Sequence
 
 from ..errors import IntegrityError
-from ..parallel import run_parallel, split_where
+from ..parallel import pwrite_all, run_parallel, split_where
 from .base import BlobStore, ProgressFn
 
 __all__ = ["PackedPart", "RUN_BYTES", "RUN_GAP", "runs", "get_packed", "check_packed"]
@@ -124,14 +123,10 @@ def get_packed(blobs: BlobStore, fd: int, parts: Sequence[PackedPart], *, progre
         start = parts[run[0]].pack_offset
         for span in _spans(parts, run):
             first, last = parts[span[0]], parts[span[-1]]
-            pos = first.offset
-            left = data[first.pack_offset - start:last.pack_offset + last.size - start]
-            size = len(left)
-            while left:
-                n = os.pwrite(fd, left, pos)
-                pos, left = pos + n, left[n:]
+            span_bytes = data[first.pack_offset - start:last.pack_offset + last.size - start]
+            pwrite_all(fd, span_bytes, first.offset)
             if progress is not None:
-                progress(size)
+                progress(len(span_bytes))
             if on_done is not None:
                 for i in span:
                     on_done(i)

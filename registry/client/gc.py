@@ -2,8 +2,8 @@
 
 A push claims its blobs before it writes them (``registry.client.push``; new packs, named
 only once written, are written under a claimed tag and claimed by name before they become
-visible) and heartbeats the claim; a claim is alive while its process runs here or it heartbeated recently elsewhere, as
-judged by the metadata store's clock. ``Registry.gc`` is the public entry point.
+visible) and heartbeats the claim; a claim is alive while its process runs here or it
+heartbeated recently elsewhere, as judged by the metadata store's clock. ``Registry.gc`` is the public entry point.
 """
 from __future__ import annotations
 

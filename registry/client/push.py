@@ -48,7 +48,7 @@ from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import UploadPlan, large_parts, plan_upload, upload_plan
+from .transfer import UploadPlan, bundle_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord
@@ -115,12 +115,13 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # before anything is uploaded.
     one_pass = callable(getattr(blobs, "put_packs", None)) and callable(getattr(meta, "extend_pending", None))
     if one_pass:
-        plan, early = None, large_parts(bundle)
+        plan, parts = None, bundle_parts(bundle)
+        early = parts[0]
         first = {p.digest for p in early}
         # the new packs' temp files are named by a digest no blob has, claimed with the rest
         tag: str | None = "sha256:" + secrets.token_hex(32)
     else:
-        plan, early = plan_upload(bundle, meta, blobs, name), []
+        plan = plan_upload(bundle, meta, blobs, name)
         first, tag = {d for d, _ in plan.blobs()}, None
     pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
                                  host=hostname(), pid=os.getpid(), name=name)
@@ -165,7 +166,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                         if progress is not None:
                             progress(n)
 
-                    plan = plan_upload(bundle, meta, blobs, name, hash_packs=False)
+                    plan = plan_upload(bundle, meta, blobs, name, hash_packs=False, parts=parts)
                     rest = {d for d, _ in plan.blobs()} - first
                     job.check()
                     claim_more(rest)

@@ -51,7 +51,7 @@ from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run
 from ..sources import BlobCache
 from .ports import MetadataStore
 
-__all__ = ["UploadPlan", "plan_upload", "upload_plan", "large_parts", "assemble_member", "fetch_members",
+__all__ = ["UploadPlan", "plan_upload", "upload_plan", "bundle_parts", "assemble_member", "fetch_members",
            "fetch_members_deferred", "DeferredMembers", "member_parts", "fetch_parts"]
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
@@ -109,7 +109,7 @@ class UploadPlan:
 
 
 def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name: str, *,
-                hash_packs: bool = True) -> UploadPlan:
+                hash_packs: bool = True, parts: tuple[list[Part], list[Part]] | None = None) -> UploadPlan:
     """Decide where each chunk of ``bundle`` is stored, and hash every chunk that goes into a
     pack or is reused from one (``IntegrityError``, exit 5, when the bundle file's bytes do not
     match a chunk's digest); without ``hash_packs``, the new packs are left to the upload that
@@ -119,22 +119,10 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     those); other small chunks are reused from a pack a version of model ``name`` already
     references (when the pack is still stored) or concatenated, in bundle order, into new packs
     of up to ``PACK_BYTES``. A metadata store that keeps no packs (no ``locate_chunks``, or a
-    server older than packs) gets every chunk as a blob of its own."""
-    whole: list[Part] = []
-    small: list[Part] = []
-    seen: set[str] = set()
-    for m in bundle.manifest.members:
-        offset, _size = bundle.member_span(m.path)
-        if not m.chunks:
-            whole.append(Part(m.digest, offset, m.size))
-            continue
-        shas, ats, sizes = zip(*m.chunk_spans())
-        for part in map(tuple.__new__, repeat(Part), zip(map("sha256:".__add__, shas), map(offset.__add__, ats), sizes)):
-            if part[2] >= PACK_BELOW:
-                whole.append(part)
-            elif part[0] not in seen:
-                seen.add(part[0])
-                small.append(part)
+    server older than packs) gets every chunk as a blob of its own. ``parts``: the bundle's
+    ``bundle_parts``, when the caller has them already."""
+    large, small = parts if parts is not None else bundle_parts(bundle)
+    whole = list(large)
     locate = getattr(meta, "locate_chunks", None)
     located = locate([p.digest for p in small], name=name) if small and locate is not None else None
     if located is None:
@@ -163,18 +151,27 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     return plan.named([(digest, sum(p.size for p in g)) for digest, g in zip(names, groups)])
 
 
-def large_parts(bundle: BundleFile) -> list[Part]:
-    """The parts ``plan_upload`` stores as blobs of their own whatever else it finds: members
-    not chunked, and chunks of ``PACK_BELOW`` bytes or more, in bundle order (a repeated one
-    too: ``put_parts`` counts it as already stored)."""
-    out: list[Part] = []
+def bundle_parts(bundle: BundleFile) -> tuple[list[Part], list[Part]]:
+    """The ranges of ``bundle`` a push stores: those ``plan_upload`` stores as blobs of their
+    own whatever else it finds (members not chunked, and chunks of ``PACK_BELOW`` bytes or more,
+    in bundle order, a repeated one too: ``put_parts`` counts it as already stored), and the
+    small chunks (each digest once), which may go into packs."""
+    large: list[Part] = []
+    small: list[Part] = []
+    seen: set[str] = set()
     for m in bundle.manifest.members:
         offset, _size = bundle.member_span(m.path)
         if not m.chunks:
-            out.append(Part(m.digest, offset, m.size))
+            large.append(Part(m.digest, offset, m.size))
             continue
-        out += [Part("sha256:" + sha, offset + at, n) for sha, at, n in m.chunk_spans() if n >= PACK_BELOW]
-    return out
+        shas, ats, sizes = zip(*m.chunk_spans())
+        for part in map(tuple.__new__, repeat(Part), zip(map("sha256:".__add__, shas), map(offset.__add__, ats), sizes)):
+            if part[2] >= PACK_BELOW:
+                large.append(part)
+            elif part[0] not in seen:
+                seen.add(part[0])
+                small.append(part)
+    return large, small
 
 
 def _stored_whole(blobs: BlobStore, digest: str, size: int) -> bool:

@@ -30,7 +30,7 @@ from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
 from ..atomic import USER_FILE, atomic_write
-from ..parallel import Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate
+from ..parallel import Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate, pwrite_all
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -226,7 +226,7 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
             writer.set_crc(member.path, _combined_crc(results[member.path]))
         if fill_digests:
             manifest = _filled(manifest, results)
-        os.pwrite(fd, manifest.canonical, manifest_at)
+        pwrite_all(fd, manifest.canonical, manifest_at)
         writer.set_crc(MANIFEST_MEMBER, zlib.crc32(manifest.canonical))
     return manifest
 
@@ -245,11 +245,8 @@ def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check:
             nonlocal crc, pos
             h.update(data)
             crc = zlib.crc32(data, crc)
-            view = memoryview(data)
-            while view:
-                k = os.pwrite(fd, view, pos)
-                pos += k
-                view = view[k:]
+            pwrite_all(fd, data, pos)
+            pos += len(data)
 
         got = _pump_exact(stream, sink, n, member, progress)
         if check and h.hexdigest() != want:

@@ -374,15 +374,15 @@ def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_t
 
 
 def test_the_large_chunks_sent_early_are_exactly_those_the_plan_stores_whole(local_home, tiny, monkeypatch):
-    """``large_parts`` (sent while the plan runs) is part of what ``plan_upload`` stores as
-    blobs of their own, repeats included, and nothing else; a plan that fails stops the push
+    """The large parts of ``bundle_parts`` (sent while the plan runs) are part of what
+    ``plan_upload`` stores as blobs of their own, repeats included, and nothing else; a plan that fails stops the push
     with its error, leaves no temp file and releases the claim."""
     from collections import Counter
 
     import registry.client.push as push
     from registry.blobs.local import LocalBlobStore
     from registry.client import Registry
-    from registry.client.transfer import large_parts, plan_upload
+    from registry.client.transfer import bundle_parts, plan_upload
     from registry.format.bundle import BundleFile
     from registry.format.packs import PACK_BELOW
     from registry.store import open_metadata_store
@@ -390,7 +390,7 @@ def test_the_large_chunks_sent_early_are_exactly_those_the_plan_stores_whole(loc
     bundle = BundleFile.open(tiny["other"])
     with open_metadata_store(f"sqlite:///{local_home.parent / 'empty.db'}", auto_create=True) as meta:
         plan = plan_upload(bundle, meta, LocalBlobStore(local_home.parent / "s"), "m", hash_packs=False)
-    early = large_parts(bundle)
+    early = bundle_parts(bundle)[0]
     assert early and not Counter(early) - Counter(plan.whole)
     assert all(p.size >= PACK_BELOW or p.digest in {m.digest for m in bundle.manifest.members} for p in early)
 
