@@ -41,6 +41,7 @@ Then "scaling": seconds per GiB of every operation on the 200 MiB program agains
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.metadata
 import itertools
@@ -55,8 +56,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import _scale_models as sm
-from _common import BENCH, OUT, PYTHON, Row, fmt, median, report, run, scratch, seaweed, side_by_side, \
-    tree_bytes
+from _common import BENCH, OUT, PYTHON, Row, fmt, median, quiesce, report, run, scratch, seaweed, side_by_side, \
+    tree_bytes, warm_files
 
 PARTS = ("local", "s3", "load", "rss", "growth")
 WORKER = str(BENCH / "_scale_worker.py")
@@ -226,7 +227,7 @@ def part_local(p: Program, reps: int, db: str, warm: Path) -> dict[str, list[flo
 
     def between() -> None:
         clear_glob(work, "push-home*", "push-store*", "pull-cache*", "copy.pt2", "timed.pt2b", "timed-cache")
-        gc.collect()
+        quiesce()
 
     # warm-up on the tiny bundle: imports, the first bundling, the database's connections
     with open_registry(work / "warm-home", db, f"file://{work / 'warm-store'}") as reg:
@@ -235,7 +236,10 @@ def part_local(p: Program, reps: int, db: str, warm: Path) -> dict[str, list[flo
     clear_glob(work, "warm-*")
     cases = {"bundle": lambda: build(work / "timed.pt2b", p.pt2, work / "timed-cache"), "push": pusher(True),
              "push, no verdict": pusher(False), "pull": pull, "cp+sync": cp_sync}
-    return side_by_side(reps, cases, between=between)
+    inputs = {"bundle": [p.pt2], "push": [p.bundle], "push, no verdict": [p.bundle],
+              "pull": [work / "pub-store"], "cp+sync": [p.pt2]}
+    return side_by_side(reps, cases, between=between,
+                        before={case: functools.partial(warm_files, *paths) for case, paths in inputs.items()})
 
 
 def drop_bucket(server: Any, bucket: str) -> None:
@@ -293,7 +297,7 @@ def part_s3(p: Program, reps: int, server: Any, db: str, warm: Path) -> dict[str
         while used:
             drop_bucket(server, used.pop())
         clear_glob(work, "s3-push-home*", "s3-cache*", "download.pt2")
-        gc.collect()
+        quiesce()
 
     # warm-up: boto3 and s3transfer paths, on the tiny bundle
     warm_bucket = fresh_bucket()
@@ -304,7 +308,10 @@ def part_s3(p: Program, reps: int, server: Any, db: str, warm: Path) -> dict[str
     between()
     clear_glob(work, "s3-warm-*")
     cases = {"push": push, "upload_file": upload, "pull": pull, "download_file": download}
-    return side_by_side(reps, cases, between=between)
+    volumes = [d for d in [server.log_path.parent / "data"] if d.is_dir()]  # what the server reads a pull from
+    inputs = {"push": [p.bundle], "upload_file": [p.pt2], "pull": volumes, "download_file": volumes}
+    return side_by_side(reps, cases, between=between,
+                        before={case: functools.partial(warm_files, *paths) for case, paths in inputs.items()})
 
 
 def load_registry(p: Program, keys: tuple[Path, Path]) -> tuple[Path, str, str, str, Path]:

@@ -8,13 +8,13 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
 
 from ..blobs.base import ProgressFn
 from ..errors import IntegrityError
 from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
-from ..format.packs import ChunkLocation, PackIndex
+from ..format.packs import PackIndex
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle, PinnedManifest
 from .ports import BlobStore, MetadataStore
@@ -70,15 +70,15 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     trust policy) sees the digest and signatures before any blob is fetched. ``defer_weights``:
     raw weight chunks may still be fetching when this returns (``src.pending``); ``in_place``
     (default: always) whether they may be verified where they lie in a local store."""
-    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
+    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"), version.digest)
     if manifest.digest != version.digest:
         raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
                              f"its digest {version.digest}", hint="the metadata database was altered")
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
-    located = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}").locations()
-    src = _fetch_members_of(src, located, blobs, cache, progress=progress, defer_weights=defer_weights,
+    index = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}")
+    src = _fetch_members_of(src, index, blobs, cache, progress=progress, defer_weights=defer_weights,
                             in_place=in_place)
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
@@ -94,27 +94,27 @@ def fetch_pinned(pin: PinnedManifest, ref: Ref, blobs: BlobStore, cache: BlobCac
     kept (``BlobCache.pinned_manifest``), from a local store: no database contact. What a load
     from a local store that left its weights in place (not in the cache) is served with."""
     src = enforce_trust(MaterializedBundle(pin.manifest, {}, pin.signatures, label=str(ref), name=ref.name))
-    return _fetch_members_of(src, pin.located, blobs, cache, progress=progress, defer_weights=defer_weights,
+    return _fetch_members_of(src, pin.packs, blobs, cache, progress=progress, defer_weights=defer_weights,
                              in_place=in_place)
 
 
-def _fetch_members_of(src: MaterializedBundle, located: Mapping[str, ChunkLocation], blobs: BlobStore,
+def _fetch_members_of(src: MaterializedBundle, index: PackIndex, blobs: BlobStore,
                       cache: BlobCache, *,
                       progress: ProgressFn | None, defer_weights: bool,
                       in_place: Callable[[MaterializedBundle], bool] | None) -> MaterializedBundle:
     manifest = src.manifest
     pending, complete = None, None
     if defer_weights:
-        files, pending = fetch_members_deferred(manifest, blobs, cache, progress, located,
+        files, pending = fetch_members_deferred(manifest, blobs, cache, progress, index,
                                                 in_place=in_place is None or in_place(src))
 
         def copy_member(path: str) -> Path:  # a member verified in place, wanted as a file after all
             others = {m.path for m in manifest.members if m.path != path}
-            return fetch_members(manifest, blobs, cache, None, skip=others, located=located)[path]
+            return fetch_members(manifest, blobs, cache, None, skip=others, index=index)[path]
 
         complete = copy_member
     else:
-        files = fetch_members(manifest, blobs, cache, progress, located=located)
+        files = fetch_members(manifest, blobs, cache, progress, index=index)
     return dataclasses.replace(src, files=files, pending=pending, complete=complete)
 
 

@@ -32,7 +32,7 @@ import threading
 from bisect import bisect_left
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import accumulate, groupby, repeat
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
 
@@ -40,7 +40,7 @@ from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, hash_parts, locked_progress, stretches
 from ..blobs.inplace import ALIGN as IN_PLACE_ALIGN
 from ..blobs.inplace import InPlaceFile, InPlaceSegment, NotInPlace, hash_in_place
-from ..blobs.packed import PackedPart, get_packed
+from ..blobs.packed import PackedPart, PackRun, get_packed, pack_runs, read_runs
 from ..errors import IntegrityError, NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
@@ -52,7 +52,7 @@ from ..sources import BlobCache
 from .ports import MetadataStore
 
 __all__ = ["UploadPlan", "plan_upload", "upload_plan", "bundle_parts", "assemble_member", "fetch_members",
-           "fetch_members_deferred", "DeferredMembers", "member_parts", "fetch_parts"]
+           "fetch_members_deferred", "DeferredMembers", "member_parts", "member_reads", "fetch_parts"]
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
 AnyPart = Union[Part, PackedPart]
@@ -101,8 +101,8 @@ class UploadPlan:
                 raise ValueError(f"pack {digest} has {size} bytes, its chunks {sum(sizes)}")
             entries = tuple(map(tuple.__new__, repeat(PackEntry), zip(map(_DIGEST, group), offsets, sizes)))
             if (digest, size) in listed:  # the same bytes twice: one pack, every entry
-                entries = tuple(sorted({*listed[digest, size].entries, *entries}, key=_SECOND))
-            listed[digest, size] = Pack(digest, size, entries)
+                entries = tuple({*listed[digest, size].entries, *entries})
+            listed[digest, size] = Pack.of(digest, size, entries)
             new.append(NewPack(digest, size, _segments(group)))
         return dataclasses.replace(self, packs=[*self.packs, *new], groups=[],
                                    index=PackIndex(tuple(listed[k] for k in sorted(listed))))
@@ -206,7 +206,7 @@ def _segments(parts: Sequence[Part]) -> tuple[tuple[int, int], ...]:
     return tuple((s[0].offset, sum(map(_SIZE, s))) for s in stretches(parts))
 
 
-_DIGEST, _SECOND, _SIZE = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+_DIGEST, _SIZE = operator.itemgetter(0), operator.itemgetter(2)   # a Part's digest, size
 
 
 class _SegmentReader(io.RawIOBase):
@@ -282,6 +282,43 @@ def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = N
     return out
 
 
+def member_reads(member: Member, index: PackIndex) -> tuple[list[PackRun], list[Part]]:
+    """How a pull reads ``member``: the runs of ranged pack reads (``blobs.packed.PackRun``, in
+    pack order) of the chunks ``index`` places in packs, and the other chunks as blobs of their
+    own. The placement ``member_parts`` gives, built from the index's entries as they come (in
+    pack order), without a location per chunk or a sort: a pull of a 10,000-tensor program
+    does this once. A chunk listed at several places of the member is read from its pack for
+    each of them."""
+    shas, sizes = (list(column) for column in zip(*member.chunks)) if member.chunks else ([], [])
+    offsets = list(accumulate(sizes, initial=0))[:-1]
+    if not index:
+        return [], list(map(Part, map("sha256:".__add__, shas), offsets, sizes))
+    first = dict(zip(reversed(shas), range(len(shas) - 1, -1, -1)))   # sha256 hex -> its first place
+    runs: list[PackRun] = []
+    placed: set[int] = set()
+    for p in index.packs:
+        places = list(map(first.get, p.chunks))
+        if None in places or list(map(sizes.__getitem__, places)) != list(p.sizes):
+            # some entries are not chunks of this member (of another member, or at another size)
+            kept = [k for k, (i, n) in enumerate(zip(places, p.sizes)) if i is not None and sizes[i] == n]
+            places = [places[k] for k in kept]
+            entries = zip([p.chunks[k] for k in kept], [p.offsets[k] for k in kept], [p.sizes[k] for k in kept],
+                          map(offsets.__getitem__, places), places)
+        else:   # every entry is a chunk of this member (tuples made in C)
+            entries = zip(p.chunks, p.offsets, p.sizes, map(offsets.__getitem__, places), places)
+        placed.update(places)
+        runs += pack_runs(p.digest, entries)
+    if len(first) < len(shas):   # repeated chunks: each other place reads the same pack bytes as the first
+        where = {c[4]: (r.pack, c[1]) for r in runs for c in r.chunks}
+        again = sorted((*where[first[sha]], size, i, sha) for i, (sha, size) in enumerate(zip(shas, sizes))
+                       if i not in placed and first[sha] in placed)
+        for pack, group in groupby(again, key=lambda a: a[0]):
+            runs += pack_runs(pack, [(sha, at, size, offsets[i], i) for _pack, at, size, i, sha in group])
+        placed.update(a[3] for a in again)
+    own = [Part("sha256:" + shas[i], offsets[i], sizes[i]) for i in sorted(set(range(len(shas))) - placed)]
+    return runs, own
+
+
 def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress: ProgressFn | None = None,
                 on_done: Callable[[int], None] | None = None) -> None:
     """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
@@ -304,23 +341,28 @@ def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
-                    progress: ProgressFn | None, located: Mapping[str, ChunkLocation] | None = None) -> None:
-    """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs and packs, fetched
-    several at once into their places, each verified; nothing is left behind on failure. Not
-    fsynced: a cache file (see ``BlobCache``: re-hashed after a reboot)."""
+                    progress: ProgressFn | None, index: PackIndex | None = None) -> None:
+    """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs and the packs
+    ``index`` places chunks in (``member_reads``), fetched several at once into their places,
+    each verified; nothing is left behind on failure. Not fsynced: a cache file (see
+    ``BlobCache``: re-hashed after a reboot). The packed chunks first, then the others (at
+    once, they took as long on two cores, locally and against SeaweedFS, measured)."""
+    packed, own = member_reads(member, index or PackIndex())
     with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
         preallocate(out.fileno(), member.size)
-        fetch_parts(blobs, out.fileno(), member_parts(member, located), progress=progress)
+        if packed:
+            read_runs(blobs, out.fileno(), packed, progress=progress)
+        if own:
+            blobs.get_parts(out.fileno(), own, progress=progress)
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,
-                  skip: Collection[str] = (), located: Mapping[str, ChunkLocation] | None = None
-                  ) -> dict[str, Path]:
+                  skip: Collection[str] = (), index: PackIndex | None = None) -> dict[str, Path]:
     """Every member of ``manifest`` as a verified file in ``cache`` (fetched from ``blobs``
     unless already cached intact), and the manifest itself cached; ``{member path: file}``.
-    ``skip``: member paths left out (being fetched by the caller); ``located``: the chunks the
-    version's pack index places in packs."""
+    ``skip``: member paths left out (being fetched by the caller); ``index``: the version's
+    pack index (where its small chunks are stored)."""
     files = {}
     for m in manifest.members:
         if m.path in skip:
@@ -329,7 +371,7 @@ def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progre
         if not cache.usable_member(m):
             path.parent.mkdir(parents=True, exist_ok=True)
             if m.chunks:
-                assemble_member(m, blobs, path, progress, located)
+                assemble_member(m, blobs, path, progress, index)
             else:
                 blobs.get_file(m.digest, path, progress=progress)
             os.chmod(path, 0o444)
@@ -609,7 +651,7 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
 
 
 def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None,
-                           located: Mapping[str, ChunkLocation] | None = None, *, in_place: bool = True
+                           index: PackIndex | None = None, *, in_place: bool = True
                            ) -> tuple[dict[str, Path], DeferredMembers | None]:
     """``fetch_members`` for a load that overlaps the fetch of the weights with deserializing.
 
@@ -621,6 +663,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
     fetches: list[_MemberFetch] = []
     unverified: dict[str, frozenset[str]] = {}
     files: dict[str, Path] = {}
+    located = index.locations() if index else None
     try:
         for m in manifest.members:
             if not m.chunks or cache.usable_member(m):
@@ -640,7 +683,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
             files[m.path] = fetch.path
             if records:
                 unverified[m.path] = records
-        done = fetch_members(manifest, blobs, cache, progress, skip=set(files), located=located)
+        done = fetch_members(manifest, blobs, cache, progress, skip=set(files), index=index)
     except BaseException:
         for f in fetches:
             f.abort()

@@ -24,6 +24,8 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Union
 
+import orjson
+
 from ..constants import BUNDLE_FORMAT, PACKAGE_PARENT
 from ..digests import all_hex64, canonical_json, digest_of_bytes
 from ..errors import ManifestError, UnsupportedFormatError, UsageError
@@ -541,44 +543,61 @@ class ProgramSpec:
         return out
 
 
-def chunk_list_json(chunks: tuple[tuple[str, int], ...]) -> bytes:
+def chunk_list_json(chunks: tuple[tuple[str, int], ...], *, checked: bool = False) -> bytes:
     """The canonical JSON of a chunk list (``[{"sha256": hex, "size": n}, ...]``, what a chunked
     member's identity hashes), written directly: ``canonical_json`` of 10,000 dicts takes 15 ms.
-    Falls back to ``canonical_json`` unless every hash is 64 lowercase hex digits and every size an int.
+    Falls back to ``canonical_json`` unless every hash is 64 lowercase hex digits and every size
+    an int (``checked``: the caller knows they are, ``validate_raw`` accepted them).
 
     >>> chunk_list_json((("ab" * 32, 3),)) == canonical_json([{"sha256": "ab" * 32, "size": 3}])
     True
     """
-    if all_hex64(list(map(_FIRST, chunks))) and set(map(type, map(_SECOND, chunks))) <= {int}:
+    if checked or (all_hex64(list(map(_FIRST, chunks))) and set(map(type, map(_SECOND, chunks))) <= {int}):
         return ("[" + ",".join(['{"sha256":"%s","size":%d}' % c for c in chunks]) + "]").encode("ascii")
     return canonical_json([{"sha256": h, "size": n} for h, n in chunks])
 
 
-def _canonical(raw: dict[str, Any]) -> bytes:
+@dataclass(frozen=True)
+class _ChunkList:
+    """A long chunk list as ``_canonical`` read it: the (sha256 hex, size) pairs and their
+    canonical JSON (what the member's identity hashes), made once per parse."""
+
+    chunks: tuple[tuple[str, int], ...]
+    text: bytes
+
+
+def _canonical(raw: dict[str, Any]) -> tuple[bytes, dict[int, _ChunkList]]:
     """``canonical_json(raw)`` of a manifest ``validate_raw`` accepted, its long chunk lists
     written by ``chunk_list_json`` (each item is exactly ``{"sha256": hex, "size": int}``, whose
     canonical form that is): the generic encoder takes 12 ms for 10,000 of them, at every pull.
     Each list stands in the encoded text as a string no manifest can hold (a random nonce),
-    replaced once; anything unexpected falls back to the generic encoder."""
+    replaced once; anything unexpected falls back to the generic encoder. With the text, the
+    long lists by member index (``Member`` keeps them: its identity is their hash)."""
     members = raw["members"]
     if not any(len(m.get("chunks", ())) > 64 for m in members):
-        return canonical_json(raw)
+        return canonical_json(raw), {}
     nonce = secrets.token_hex(16)
     lists: dict[str, str] = {}
+    parsed: dict[int, _ChunkList] = {}
     cut = []
     for i, m in enumerate(members):
         if len(m.get("chunks", ())) > 64:
             mark = f"\x00chunks {nonce} {i}\x00"
-            lists[json.dumps(mark)] = chunk_list_json(tuple(zip(map(_SHA256, m["chunks"]),
-                                                                 map(_SIZE, m["chunks"])))).decode("ascii")
+            chunks = tuple(zip(map(_SHA256, m["chunks"]), map(_SIZE, m["chunks"])))
+            try:   # each item is exactly {"sha256": hex, "size": int}: orjson writes it the same, 5x faster
+                text_ = orjson.dumps(m["chunks"], option=orjson.OPT_SORT_KEYS)
+            except TypeError:   # an integer past 64 bits (not in a valid manifest: members are <= 1 TiB)
+                text_ = chunk_list_json(chunks, checked=True)
+            parsed[i] = _ChunkList(chunks, text_)
+            lists[json.dumps(mark)] = parsed[i].text.decode("ascii")
             m = {**m, "chunks": mark}
         cut.append(m)
     text = canonical_json({**raw, "members": cut}).decode("utf-8")
     for quoted, listing in lists.items():
         if text.count(quoted) != 1:
-            return canonical_json(raw)
+            return canonical_json(raw), parsed
         text = text.replace(quoted, listing)
-    return text.encode("utf-8")
+    return text.encode("utf-8"), parsed
 
 
 @dataclass(frozen=True)
@@ -593,13 +612,17 @@ class Member:
     role: str                                  # "program" | "aoti" | "sample" | "library"
     chunks: tuple[tuple[str, int], ...] = ()   # (sha256 hex, size), covering the member in order
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    #: ``chunks`` and their canonical JSON, when the parser wrote it already (``_canonical``)
+    listing: _ChunkList | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def digest(self) -> str:
         """The member's identity: the sha256 of its bytes, or for a chunked member the sha256 of
         its canonical chunk list (what the client cache files it under)."""
         if self.chunks:
-            return digest_of_bytes(chunk_list_json(self.chunks))
+            listing = self.listing   # the parser's, unless these chunks are not the ones it read
+            return digest_of_bytes(listing.text if listing is not None and listing.chunks is self.chunks
+                                   else chunk_list_json(self.chunks))
         assert self.sha256 is not None  # the schema requires one or the other
         return "sha256:" + self.sha256
 
@@ -612,10 +635,11 @@ class Member:
         return out
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Member":
-        chunks = raw.get("chunks", ())
-        return cls(raw["path"], raw.get("sha256"), raw["size"], raw["role"],
-                   tuple(zip(map(_SHA256, chunks), map(_SIZE, chunks))), _present(raw, ("chunks",)))
+    def from_json(cls, raw: Mapping[str, Any], parsed: _ChunkList | None = None) -> "Member":
+        """``parsed``: its chunk list as ``_canonical`` read it (not read again)."""
+        chunks = parsed.chunks if parsed is not None else \
+            tuple(zip(map(_SHA256, raw.get("chunks", ())), map(_SIZE, raw.get("chunks", ()))))
+        return cls(raw["path"], raw.get("sha256"), raw["size"], raw["role"], chunks, _present(raw, ("chunks",)), parsed)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "size": self.size, "role": self.role}
@@ -810,14 +834,14 @@ class Manifest:
             raise ManifestError(f"invalid manifest: {problems[0]}{more}", problems=problems)
         order = raw.get("program_order") or sorted(raw["programs"])
         try:
-            canonical = _canonical(raw)
+            canonical, chunk_lists = _canonical(raw)
         except UnicodeEncodeError:  # "\ud800" parses as JSON but is no Unicode text
             problem = "it holds a lone surrogate (a \\ud800-\\udfff escape alone), which is not Unicode text"
             raise ManifestError(f"invalid manifest: {problem}", problems=[problem]) from None
         return cls(
             format=raw["format"], kind=raw["kind"],
             programs=MappingProxyType({name: ProgramSpec.from_json(name, raw["programs"][name]) for name in order}),
-            members=tuple(Member.from_json(m) for m in raw["members"]),
+            members=tuple(Member.from_json(m, chunk_lists.get(i)) for i, m in enumerate(raw["members"])),
             samples=tuple(Sample.from_json(s) for s in raw["samples"]),
             requirements=Requirements.from_json(raw["requirements"]),
             metadata=MappingProxyType(dict(raw["metadata"])),
@@ -825,7 +849,21 @@ class Manifest:
             canonical=canonical, order_given="program_order" in raw)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Manifest":
+    def from_bytes(cls, data: bytes, digest: str | None = None) -> "Manifest":
+        """Parse and validate a manifest's JSON text (``ManifestError`` saying what is wrong).
+
+        ``digest``: the digest the caller expects it to have (a version's). The text is then
+        parsed by orjson first (6.6 -> 2.7 ms for a 10,000-tensor program, at every pull), and
+        again by the standard library unless that gave a valid manifest of that digest: orjson
+        reads integers past 64 bits as floats, which would change the canonical form, and the
+        standard library's verdict and message stand for a text that is wrong."""
+        if digest is not None:
+            try:
+                fast = cls.from_raw(orjson.loads(data))
+            except Exception:   # noqa: BLE001 -- anything: the standard library decides (below)
+                fast = None
+            if fast is not None and fast.digest == digest:
+                return fast
         try:
             raw = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
         except RecursionError as exc:

@@ -17,7 +17,7 @@ The canonical JSON form (``PackIndex.to_json``) is what the metadata store keeps
                 "chunks": [["<chunk sha256 hex>", <offset in the pack>, <size>], ...]}, ...]}
 
 >>> e = PackEntry("sha256:" + "a" * 64, 0, 10)
->>> index = PackIndex((Pack("sha256:" + "b" * 64, 10, (e,)),))
+>>> index = PackIndex((Pack.of("sha256:" + "b" * 64, 10, [e]),))
 >>> PackIndex.from_json(index.to_json()) == index
 True
 >>> index.locations()[e.chunk].pack == "sha256:" + "b" * 64
@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import json
 import operator
-from itertools import repeat
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from typing import Any, Iterable, Mapping, NamedTuple
+
+import orjson
 
 from ..digests import all_hex64, canonical_json
 from ..errors import IntegrityError, UsageError
@@ -60,11 +62,29 @@ class PackEntry(NamedTuple):
 
 @dataclass(frozen=True)
 class Pack:
-    """A pack blob (``digest``, ``size`` bytes) and the entries a version reads from it."""
+    """A pack blob (``digest``, ``size`` bytes) and where each chunk a version reads from it
+    lies, as three columns in offset order: ``chunks`` (sha256 hex), ``offsets`` and ``sizes``.
+    An index of a 10,000-tensor program has 10,000 of them, read at every pull: columns are
+    made and read in C (``zip``, ``map``); ``entries`` gives them one ``PackEntry`` each."""
 
     digest: str
     size: int
-    entries: tuple[PackEntry, ...]
+    chunks: tuple[str, ...]
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, digest: str, size: int, entries: Iterable[PackEntry]) -> "Pack":
+        """A pack of ``entries`` (in any order)."""
+        ordered = sorted(entries, key=_OFFSET)
+        return cls(digest, size, tuple(e.chunk[7:] for e in ordered), tuple(e.offset for e in ordered),
+                   tuple(e.size for e in ordered))
+
+    @cached_property
+    def entries(self) -> tuple[PackEntry, ...]:
+        """The chunks as ``PackEntry`` values (``sha256:<hex>``, offset, size), in offset order."""
+        return tuple(map(tuple.__new__, repeat(PackEntry), zip(map("sha256:".__add__, self.chunks),
+                                                               self.offsets, self.sizes)))
 
 
 class ChunkLocation(NamedTuple):
@@ -76,7 +96,7 @@ class ChunkLocation(NamedTuple):
     size: int
 
 
-_CHUNK, _OFFSET = operator.itemgetter(0), operator.itemgetter(1)   # a PackEntry's chunk, offset
+_OFFSET = operator.itemgetter(1)   # a PackEntry's offset
 
 
 def _bad(message: str) -> UsageError:
@@ -104,11 +124,9 @@ class PackIndex:
         10,000-tensor program asks for 10,000 of them)."""
         out: dict[str, ChunkLocation] = {}
         for p in self.packs:
-            if not p.entries:
-                continue
-            chunks, offsets, sizes = zip(*p.entries)
-            out.update(zip(chunks, map(tuple.__new__, repeat(ChunkLocation),
-                                       zip(repeat(p.digest), repeat(p.size), offsets, sizes))))
+            out.update(zip(map("sha256:".__add__, p.chunks), map(tuple.__new__, repeat(ChunkLocation),
+                                                                  zip(repeat(p.digest), repeat(p.size), p.offsets,
+                                                                      p.sizes))))
         return out
 
     def blobs(self) -> set[tuple[str, int]]:
@@ -123,8 +141,7 @@ class PackIndex:
     @cached_property
     def _json(self) -> str:
         return canonical_json({"packs": [
-            {"digest": p.digest, "size": p.size,
-             "chunks": [[chunk[7:], offset, size] for chunk, offset, size in sorted(p.entries, key=_OFFSET)]}
+            {"digest": p.digest, "size": p.size, "chunks": list(map(list, zip(p.chunks, p.offsets, p.sizes)))}
             for p in sorted(self.packs, key=lambda p: p.digest)]}).decode("utf-8")
 
     @classmethod
@@ -133,7 +150,7 @@ class PackIndex:
         packs: dict[tuple[str, int], list[PackEntry]] = {}
         for chunk, (pack, pack_size, offset, size) in used.items():
             packs.setdefault((pack, pack_size), []).append(PackEntry(chunk, offset, size))
-        return cls(tuple(Pack(d, n, tuple(sorted(es, key=_OFFSET))) for (d, n), es in sorted(packs.items())))
+        return cls(tuple(Pack.of(d, n, es) for (d, n), es in sorted(packs.items())))
 
     @classmethod
     def from_stored(cls, text: str | None, where: str = "a version") -> "PackIndex":
@@ -149,13 +166,26 @@ class PackIndex:
     def from_json(cls, text: str | None) -> "PackIndex":
         """Parse and check an index (``UsageError`` naming the first problem): digests well formed,
         no pack over ``PACK_BYTES`` or without entries, every entry under ``PACK_BELOW`` bytes and
-        inside its pack, no two entries of a pack overlapping, each chunk listed once."""
+        inside its pack, no two entries of a pack overlapping, each chunk listed once.
+
+        Parsed by orjson (4.6 -> 2.6 ms for 10,000 entries, at every pull); a text it refuses, or
+        whose index does not hold (orjson reads integers past 64 bits as floats), is parsed again
+        by the standard library, whose verdict and message stand."""
         if not text:
             return cls()
+        try:
+            return cls.from_raw(orjson.loads(text))
+        except (orjson.JSONDecodeError, UsageError):
+            pass
         try:
             raw = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise _bad(f"not JSON ({exc})") from None
+        return cls.from_raw(raw)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> "PackIndex":
+        """``from_json`` of the parsed JSON value."""
         if not isinstance(raw, dict) or set(raw) != {"packs"} or not isinstance(raw["packs"], list):
             raise _bad('not an object {"packs": [...]}')
         packs: list[Pack] = []
@@ -177,12 +207,12 @@ class PackIndex:
             count += len(p["chunks"])
             if count > MAX_PACK_ENTRIES:
                 raise _bad(f"more than {MAX_PACK_ENTRIES} chunks")
-            entries = _entries_checked(p["chunks"], size)
-            if entries is not None:
-                new = set(map(_CHUNK, entries))
-                if len(new) == len(entries) and seen.isdisjoint(new):
+            columns = _entries_checked(p["chunks"], size)
+            if columns is not None:
+                new = set(columns[0])
+                if len(new) == len(columns[0]) and seen.isdisjoint(new):
                     seen |= new
-                    packs.append(Pack(digest, size, entries))
+                    packs.append(Pack(digest, size, *columns))
                     continue
             # something is wrong: walk the entries one by one for the first problem's message
             entries_ = []
@@ -192,15 +222,15 @@ class PackIndex:
                     raise _bad(f"{where} is not [sha256 hex, offset, size]")
                 if not all_hex64([c[0]]):
                     raise _bad(f"{where}: {c[0]!r} is not 64 lowercase hex digits")
-                chunk = "sha256:" + c[0]
                 offset, n = _int(c[1], f"{where} offset", 0), _int(c[2], f"{where} size", 1)
                 if n >= PACK_BELOW:
                     raise _bad(f"{where} has {n} bytes: only chunks under {PACK_BELOW} bytes are packed")
                 if offset + n > size:
                     raise _bad(f"{where} ends at byte {offset + n}, past the pack's {size} bytes")
-                if chunk in seen:
-                    raise _bad(f"chunk {chunk} is listed twice")
-                seen.add(chunk)
+                if c[0] in seen:
+                    raise _bad(f"chunk sha256:{c[0]} is listed twice")
+                seen.add(c[0])
+                chunk = "sha256:" + c[0]
                 entries_.append(PackEntry(chunk, offset, n))
             entries_.sort(key=lambda e: e.offset)
             for a, b in zip(entries_, entries_[1:]):
@@ -212,12 +242,12 @@ class PackIndex:
         return cls(tuple(packs))
 
 
-def _entries_checked(chunks: list[Any], size: int) -> tuple[PackEntry, ...] | None:
-    """A pack's ``[hex, offset, size]`` entries, sorted by offset, when every rule of
-    ``PackIndex.from_json`` holds for them (but "each chunk once", checked across packs); None
-    otherwise (the caller walks them one by one to say what is wrong). Whole-list operations,
-    no Python loop per entry: a version of a 10,000-tensor program has 10,000 entries, read at
-    every pull."""
+def _entries_checked(chunks: list[Any], size: int) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """A pack's ``[hex, offset, size]`` entries as ``Pack`` columns (hexes, offsets, sizes),
+    sorted by offset, when every rule of ``PackIndex.from_json`` holds for them (but "each chunk
+    once", checked across packs); None otherwise (the caller walks them one by one to say what is
+    wrong). Whole-list operations, no Python loop per entry: a version of a 10,000-tensor program
+    has 10,000 entries, read at every pull."""
     if set(map(type, chunks)) != {list} or set(map(len, chunks)) != {3}:
         return None
     hexes, offsets, sizes = zip(*chunks)
@@ -228,11 +258,12 @@ def _entries_checked(chunks: list[Any], size: int) -> tuple[PackEntry, ...] | No
     ends = list(map(operator.add, offsets, sizes))
     if min(offsets) < 0 or min(sizes) < 1 or max(sizes) >= PACK_BELOW or max(ends) > size:
         return None
+    if all(map(operator.le, ends[:-1], offsets[1:])):   # in offset order (as stored), none overlapping
+        return hexes, offsets, sizes
     order = sorted(range(len(chunks)), key=offsets.__getitem__)
     if not all(map(operator.le, [ends[k] for k in order[:-1]], [offsets[k] for k in order[1:]])):
         return None
-    return tuple(map(tuple.__new__, repeat(PackEntry), zip(["sha256:" + hexes[k] for k in order],
-                                                           [offsets[k] for k in order], [sizes[k] for k in order])))
+    return tuple(hexes[k] for k in order), tuple(offsets[k] for k in order), tuple(sizes[k] for k in order)
 
 
 def stored_with_packs(chunks: Iterable[tuple[str, int]], index: PackIndex, *,

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from .engine import make_engine
+from .engine import kept_engine, make_engine
 from .migrate import current_revision, ensure_schema, head_revision, upgrade
 from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
                       PendingPush, SignatureRecord, VersionRecord)
@@ -23,13 +23,13 @@ def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
         Traceback (most recent call last):
         DatabaseOutdatedError: the database ... has no registry schema yet
     """
-    engine = make_engine(url)
+    engine, release = kept_engine(url)   # shared with the other stores this process opens on it
     try:
         ensure_schema(engine, auto_create=auto_create)
     except BaseException:
-        engine.dispose()
+        release(False)
         raise
-    return SqlMetadataStore(engine)
+    return SqlMetadataStore(engine, on_close=release)
 
 __all__ = [
     "SqlMetadataStore", "open_metadata_store", "make_engine", "ensure_schema", "upgrade", "current_revision",

@@ -174,7 +174,7 @@ def test_a_pinned_ref_loaded_in_place_is_served_again_without_the_database(home,
 
 
 @needs_proc
-@pytest.mark.parametrize("damage", ["garbage", "other-store", "not-an-index"])
+@pytest.mark.parametrize("damage", ["garbage", "other-store", "not-an-index", "a-wrong-index"])
 def test_a_pin_whose_kept_pack_index_is_damaged_or_for_another_store_asks_the_database(
         home, split_bundle, monkeypatch, damage):
     path, x, expected = split_bundle
@@ -183,13 +183,32 @@ def test_a_pin_whose_kept_pack_index_is_damaged_or_for_another_store_asks_the_da
     doc = home / "cache" / "packs" / f"{digest[7:]}.json"
     kept = json.loads(doc.read_text())
     doc.write_text({"garbage": "{not json", "other-store": json.dumps({**kept, "store": "file:///elsewhere"}),
-                    "not-an-index": json.dumps({**kept, "index": "[1, 2"})}[damage])
+                    "not-an-index": json.dumps({**kept, "index": "[1, 2"}),
+                    "a-wrong-index": json.dumps({**kept, "index": {"packs": 5}})}[damage])
     with Registry() as reg:
         where = reg.locate(f"t/m@{digest}")
         assert where.pinned is None and where.version is not None  # the database answered
         loaded = registry.load(where.ref.__str__())
     torch.testing.assert_close(loaded["m"](x), expected)
     assert json.loads(doc.read_text())["store"] == kept["store"]  # written again by that fetch
+
+
+@needs_proc
+def test_a_pack_index_kept_as_a_string_still_serves_the_pin(home, split_bundle):
+    """The cache keeps a version's index as JSON in its document; one written before, holding
+    the index's text as a string, is read too."""
+    path, _x, _expected = split_bundle
+    digest = BundleFile.open(path).digest
+    registry.load(f"t/m@{digest}")
+    doc = home / "cache" / "packs" / f"{digest[7:]}.json"
+    kept = json.loads(doc.read_text())
+    assert isinstance(kept["index"], dict) and kept["index"]["packs"]   # its small chunks are packed
+    with Registry() as reg:
+        want = reg.locate(f"t/m@{digest}").pinned
+    doc.write_text(json.dumps({**kept, "index": json.dumps(kept["index"])}))
+    with Registry() as reg:
+        got = reg.locate(f"t/m@{digest}").pinned
+    assert want is not None and got is not None and got.packs == want.packs
 
 
 @needs_proc

@@ -207,8 +207,8 @@ def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
         with open(bundle.path, "rb") as f:
             other = f.read(victim.size)
         extra = NewPack("sha256:" + hashlib.sha256(other).hexdigest(), victim.size, ((0, victim.size),))
-        index = PackIndex((Pack(pack.digest, pack.size, tuple(e for e in pack.entries if e != victim)),
-                           Pack(extra.digest, extra.size, (PackEntry(victim.chunk, 0, victim.size),)),
+        index = PackIndex((Pack.of(pack.digest, pack.size, [e for e in pack.entries if e != victim]),
+                           Pack.of(extra.digest, extra.size, [PackEntry(victim.chunk, 0, victim.size)]),
                            *plan.index.packs[1:]))
         return dataclasses.replace(plan, packs=[*plan.packs, extra], index=index)
 

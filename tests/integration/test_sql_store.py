@@ -133,6 +133,10 @@ def test_manifest_blobs_and_signatures_round_trip(store):
     assert [(s.key_id, s.algorithm, s.signature) for s in got] == [
         (D("key1"), "ed25519", sig.signature), (D("key2"), "ed25519", "c2ln")]
     assert got[1].to_json() == entry and got[0].digest == D("a")
+    with pytest.raises(NotFoundError, match="has no version 2"):
+        store.signatures("bert", 2)
+    with pytest.raises(NotFoundError, match="model 'nobody' not found"):
+        store.signatures("nobody", 1)
     assert store.referenced_blobs() == {D("x"), D("y")}
     with pytest.raises(UsageError, match="not for this version"):
         publish(store, "bert", "b", signatures=[{**entry, "digest": D("zz")}])

@@ -226,3 +226,46 @@ def test_a_lone_surrogate_is_a_manifest_error_not_a_crash():
     assert info.value.exit_code == 5
     with pytest.raises(ManifestError, match="lone surrogate"):
         Manifest.from_raw(_chunked(100) | {"metadata": {"k": "\udfff"}})
+
+
+def test_a_manifest_read_against_its_digest_is_the_one_the_standard_library_reads():
+    """``from_bytes(text, digest)`` parses with orjson first, which reads an integer past 64 bits
+    as a float: the standard library then decides, so the manifest, its canonical bytes and its
+    errors are the same either way."""
+    from registry.digests import canonical_json
+
+    raw = _chunked(3000)
+    raw["programs"]["model"]["constant_inputs"] = [
+        {"name": "n", "value": 2 ** 70, "leaf": 1, "kind": "positional", "path": "args[1]"},
+        {"name": "m", "value": -(2 ** 64) - 1, "leaf": 2, "kind": "positional", "path": "args[2]"},
+        {"name": "f", "value": 1.5e-07, "leaf": 3, "kind": "positional", "path": "args[3]"}]
+    text = json.dumps(raw).encode()
+    want = Manifest.from_bytes(text)
+    assert want.canonical == canonical_json(raw)
+    got = Manifest.from_bytes(text, want.digest)
+    assert got == want and got.canonical == want.canonical
+    assert [c.value for c in got.programs["model"].constant_inputs] == [2 ** 70, -(2 ** 64) - 1, 1.5e-07]
+    assert type(got.programs["model"].constant_inputs[0].value) is int
+    plain = _chunked(3000)
+    text = json.dumps(plain).encode()
+    assert Manifest.from_bytes(text, "sha256:" + "0" * 64) == Manifest.from_bytes(text)   # another digest
+    for bad in (b'{"format": NaN}', b"[" * 200_000 + b"]" * 200_000, text[:-1]):
+        with pytest.raises(ManifestError) as slow:
+            Manifest.from_bytes(bad)
+        with pytest.raises(ManifestError) as fast:
+            Manifest.from_bytes(bad, "sha256:" + "0" * 64)
+        assert str(fast.value) == str(slow.value)
+
+
+def test_a_members_identity_is_not_taken_from_a_chunk_list_it_no_longer_has():
+    """The parser keeps each long chunk list's canonical JSON for the member's digest; a member
+    made from it with other chunks hashes its own."""
+    import dataclasses
+
+    from registry.digests import canonical_json, digest_of_bytes
+
+    m = Manifest.from_raw(_chunked(300)).members[0]
+    assert m.listing is not None and m.digest == digest_of_bytes(m.listing.text)
+    other = dataclasses.replace(m, chunks=m.chunks[:-1] + ((m.chunks[-1][0], 2),), size=m.size + 1)
+    assert other.digest == digest_of_bytes(canonical_json([{"sha256": h, "size": n} for h, n in other.chunks]))
+    assert other.digest != m.digest

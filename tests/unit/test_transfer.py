@@ -214,9 +214,9 @@ def upload_bundle(bundle, store, progress):
     return upload_plan(bundle, plan_upload(bundle, _Empty(), store, "m"), store, progress)
 
 
-def located(bundle, store):
+def pack_index(bundle, store):
     """Where the push put the small chunks (the version's pack index)."""
-    return plan_upload(bundle, _Empty(), store, "m").index.locations()
+    return plan_upload(bundle, _Empty(), store, "m").index
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
@@ -229,7 +229,7 @@ def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     assert sum(seen) == len(body)
     assert upload_bundle(bundle, store, None) == (0, len(body))     # all there: nothing written
     dest = tmp_path / "cache" / "m.pt2"
-    assemble_member(member, store, dest, None, located(bundle, store))
+    assemble_member(member, store, dest, None, pack_index(bundle, store))
     assert dest.read_bytes() == body
 
 
@@ -361,3 +361,46 @@ def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+# -- how a pull reads a member: member_reads ------------------------------------------------------
+
+def test_member_reads_places_every_chunk_as_member_parts_does():
+    """The pull's placement (runs of pack reads built from the index in pack order, and the rest
+    as blobs of their own) is ``member_parts``' on random members and indexes: repeated chunks,
+    entries of other members or at another size, several packs; each run in one pack, in offset
+    order, at most ``RUN_BYTES`` long unless it is one chunk."""
+    import random
+
+    from registry.blobs.packed import RUN_BYTES, PackedPart
+    from registry.client.transfer import member_parts, member_reads
+    from registry.format.packs import Pack, PackEntry, PackIndex
+
+    rng = random.Random(11)
+    for _ in range(300):
+        pool = [(f"{rng.getrandbits(256):064x}", rng.choice([1, 7, 4000, 60_000, 3 << 20])) for _ in range(12)]
+        chunks = tuple(rng.choice(pool) for _ in range(rng.randint(1, 40)))      # repeats, like zeros and ones
+        member = Member("programs/m.pt2", None, sum(n for _h, n in chunks), "program", chunks)
+        packs = []
+        for p in range(rng.randint(0, 3)):
+            entries, at = [], 0
+            for h, n in rng.sample(pool, rng.randint(1, len(pool))):
+                if n >= 64 * 1024 or any(h == e.chunk[7:] for q in packs for e in q.entries):
+                    continue
+                n = n if rng.random() > 0.1 else n + 1       # now and then at another size
+                entries.append(PackEntry("sha256:" + h, at, n))
+                at += n + rng.choice([0, 0, 5, 300_000])     # gaps, some past RUN_GAP
+            if entries:
+                packs.append(Pack.of(f"sha256:{p:064x}", max(at, 1), entries))
+        index = PackIndex(tuple(packs))
+        runs, own = member_reads(member, index)
+        want = member_parts(member, index.locations())
+        got = {(c[4], "sha256:" + c[0], c[3], c[2], r.pack, c[1]) for r in runs for c in r.chunks}
+        got |= {(i, p.digest, p.offset, p.size) for i, p in enumerate(want) if p in own}
+        assert sorted(got) == sorted((i, *p) for i, p in enumerate(want))
+        assert len({c[4] for r in runs for c in r.chunks}) == sum(len(r.chunks) for r in runs)  # each place once
+        assert len(own) == sum(type(p) is not PackedPart for p in want)
+        for r in runs:
+            assert [c[1] for c in r.chunks] == sorted(c[1] for c in r.chunks)
+            assert r.start == r.chunks[0][1] and r.end == max(c[1] + c[2] for c in r.chunks)
+            assert r.end - r.start <= RUN_BYTES or len(r.chunks) == 1
