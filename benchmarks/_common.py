@@ -149,10 +149,10 @@ def quiesce() -> None:
 
 def warm_files(*paths: Path) -> None:
     """Read every file at or under ``paths`` once, so that a timed case finds its input in the
-    page cache whatever ran before it. (This machine's kernel runs DAMON with a ``pageout``
-    scheme: file pages left alone for about a minute are evicted, so an input read a case
-    ago may or may not be cached; a pull of the 207 MiB program measured 0.18 s or 0.37 s
-    depending on it.)"""
+    page cache whatever ran before it, for ours and the raw tool alike. (The machines these
+    figures come from run DAMON with a ``pageout`` scheme, /sys/kernel/mm/damon: file pages
+    left alone for about a minute may be evicted, so an input read a few cases ago may or may
+    not be cached.)"""
     buf = bytearray(1 << 20)
     for root in paths:
         for f in ([root] if root.is_file() else sorted(x for x in root.rglob("*") if x.is_file())):

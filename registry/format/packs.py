@@ -63,7 +63,8 @@ class PackEntry(NamedTuple):
 @dataclass(frozen=True)
 class Pack:
     """A pack blob (``digest``, ``size`` bytes) and where each chunk a version reads from it
-    lies, as three columns in offset order: ``chunks`` (sha256 hex), ``offsets`` and ``sizes``.
+    lies, as three columns in offset order (``of`` sorts them, ``PackIndex.from_json`` checks
+    them; a pull reads them in that order): ``chunks`` (sha256 hex), ``offsets`` and ``sizes``.
     An index of a 10,000-tensor program has 10,000 of them, read at every pull: columns are
     made and read in C (``zip``, ``map``); ``entries`` gives them one ``PackEntry`` each."""
 

@@ -23,12 +23,7 @@ def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
         Traceback (most recent call last):
         DatabaseOutdatedError: the database ... has no registry schema yet
     """
-    engine, release = kept_engine(url)   # shared with the other stores this process opens on it
-    try:
-        ensure_schema(engine, auto_create=auto_create)
-    except BaseException:
-        release(False)
-        raise
+    engine, release = kept_engine(url, lambda e: ensure_schema(e, auto_create=auto_create))  # shared in-process
     return SqlMetadataStore(engine, on_close=release)
 
 __all__ = [

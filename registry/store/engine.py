@@ -118,7 +118,6 @@ class _Kept:
     engine: Engine
     identity: tuple[int, int] | None   # the SQLite file (st_dev, st_ino) it was opened on
     users: int = 0
-    dropped: bool = False               # out of the table: disposed when its last user leaves
 
 
 _KEPT: "OrderedDict[str, _Kept]" = OrderedDict()
@@ -134,32 +133,38 @@ def _file_identity(engine: Engine) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _drop(kept: _Kept) -> None:   # with _KEPT_LOCK held
-    kept.dropped = True
+def _drop(kept: _Kept) -> None:   # out of the table, with _KEPT_LOCK held (in use: disposed on release)
     if kept.users == 0:
         kept.engine.dispose()
 
 
-def kept_engine(url: str) -> tuple[Engine, Callable[[bool], None]]:
+def kept_engine(url: str, prepare: Callable[[Engine], None]) -> tuple[Engine, Callable[[], None]]:
     """An engine for ``url`` (``make_engine``) shared by the stores this process opens on that
-    database, and the function that hands it back (``release(ok)``: ``ok`` False once the
-    store found the database unusable, e.g. its schema behind: the engine is then not kept).
+    database, once ``prepare(engine)`` (the schema check) accepted the database, and the
+    function that hands it back; an engine ``prepare`` raised for is not kept.
 
     A process that opens a store per operation (``registry.load`` of one model after
     another, a pull per request) then compiles each of its SQL statements once instead of
-    every time (3-4 ms each the first time, measured) and keeps its pooled connections. At most
-    ``KEEP_ENGINES`` are kept, the least recently used one disposed once no store uses it. An
-    in-memory SQLite database is never shared (each open is a new database); a SQLite file
-    that was replaced or removed since gets a new engine; a forked child keeps none."""
+    every time (2-3 ms each the first time, measured). What is kept is the engine and its
+    compiled statements, not its connections: when the last store using it closes, its pool
+    is disposed as before (a SQLite file's write-ahead log is checkpointed into it and its
+    handles closed, so the file can be copied, replaced or removed; a PostgreSQL server gets
+    its connections back). At most ``KEEP_ENGINES`` are kept, the least recently used one
+    dropped once no store uses it. An in-memory SQLite database is never shared (each open
+    is a new database); a SQLite file replaced or removed while a store was using its engine
+    gets a new one; a forked child keeps none."""
     engine = make_engine(url)
     if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
-        return engine, lambda ok=True: engine.dispose()
+        try:
+            prepare(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return engine, engine.dispose
     key = engine.url.render_as_string(hide_password=False)
     identity = _file_identity(engine) if engine.dialect.name == "sqlite" else None
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
-        if kept is not None and kept.identity is None:
-            kept.identity = identity   # the file its first store created (or none yet)
         if kept is not None and kept.identity != identity:
             del _KEPT[key]
             _drop(kept)
@@ -176,19 +181,28 @@ def kept_engine(url: str) -> tuple[Engine, Callable[[bool], None]]:
     def release(ok: bool = True) -> None:
         with _KEPT_LOCK:
             kept.users -= 1
-            if kept.engine.dialect.name == "sqlite" and kept.identity is None:
-                kept.identity = _file_identity(kept.engine)   # the file its first store created
             if not ok and _KEPT.get(key) is kept:
                 del _KEPT[key]
-                kept.dropped = True
-            if kept.dropped and kept.users == 0:
-                kept.engine.dispose()
+            if kept.users == 0:
+                kept.engine.dispose()   # its connections closed; its compiled statements stay
 
+    try:
+        prepare(kept.engine)
+    except BaseException:
+        release(False)
+        raise
+    if engine.dialect.name == "sqlite":
+        with _KEPT_LOCK:
+            if kept.identity is None:
+                kept.identity = _file_identity(kept.engine)   # the file ``prepare`` created
     return kept.engine, release
 
 
 def _forget_kept_engines() -> None:
-    """In a forked child: the parent's connections are not this process's to use or close."""
+    """In a forked child: the parent's connections are not this process's to use or close, and
+    its lock may have been held by a thread that does not exist here."""
+    global _KEPT_LOCK
+    _KEPT_LOCK = threading.Lock()
     for kept in _KEPT.values():
         kept.engine.dispose(close=False)
     _KEPT.clear()
