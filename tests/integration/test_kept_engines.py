@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import time
 
 import pytest
 
@@ -131,7 +133,13 @@ def test_a_forked_child_keeps_none_of_its_parents_engines(tmp_path):
             os._exit(0 if ok else 1)
         except BaseException:
             os._exit(2)
-    _pid, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 60   # a child stuck on a lock fails the test, not the run
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish within 60 s")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
     with open_metadata_store(url, auto_create=True) as s:
         assert s.engine is parent and s.list_models() == []
