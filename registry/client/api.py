@@ -114,8 +114,8 @@ class Registry:
 
     def close(self) -> None:
         """Close the metadata store; idempotent. A closed Registry refuses further database
-        work. (Its database engine, with its connections and compiled statements, goes back to
-        the process for the next Registry on the same database: ``store.engine.kept_engine``.)"""
+        work. (Its database connections are closed; the engine and its compiled statements stay
+        with the process for the next Registry on the same database: ``store.engine.kept_engine``.)"""
         meta, self._meta, self._closed = self._meta, None, True
         http, self._http = self._http, None
         if meta is not None:

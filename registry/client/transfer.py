@@ -34,7 +34,7 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from itertools import accumulate, groupby, repeat
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence, Union, cast
+from typing import Any, Callable, Collection, Sequence, Union, cast
 
 from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, hash_parts, locked_progress, stretches
@@ -45,7 +45,7 @@ from ..errors import IntegrityError, NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
-from ..format.packs import PACK_BELOW, PACK_BYTES, ChunkLocation, Pack, PackEntry, PackIndex
+from ..format.packs import PACK_BELOW, PACK_BYTES, Pack, PackEntry, PackIndex
 from ..format.zipsafe import canonical_data_spans
 from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel, split_where
 from ..sources import BlobCache
@@ -269,26 +269,26 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
     return uploaded, skipped + plan.reused_bytes
 
 
-def member_parts(member: Member, located: Mapping[str, ChunkLocation] | None = None) -> list[AnyPart]:
-    """Where each chunk of ``member`` is read from: its own blob, or its pack (``located``)."""
-    located = located or {}
-    new = tuple.__new__   # the named tuples built without their Python-level constructors
-    out: list[AnyPart] = []
-    for sha, offset, size in member.chunk_spans():
-        digest = "sha256:" + sha
-        loc = located.get(digest)
-        out.append(new(PackedPart, (digest, offset, size, loc[0], loc[2])) if loc is not None and loc[3] == size
-                   else new(Part, (digest, offset, size)))
-    return out
+def member_parts(member: Member, index: PackIndex | None = None) -> list[AnyPart]:
+    """Where each chunk of ``member`` is read from, one part per chunk in member order (a
+    ``PackedPart`` for a chunk ``index`` places in a pack): ``member_reads``' placement, for a
+    caller that picks chunks by their place (the cold load's deferred fetch)."""
+    runs, own = member_reads(member, index or PackIndex())
+    out: list[AnyPart | None] = [None] * len(member.chunks)
+    for r in runs:
+        for sha, at, size, offset, i in r.chunks:
+            out[i] = PackedPart("sha256:" + sha, offset, size, r.pack, at)
+    rest = iter(own)   # the other chunks, in member order
+    return [p if p is not None else next(rest) for p in out]
 
 
 def member_reads(member: Member, index: PackIndex) -> tuple[list[PackRun], list[Part]]:
     """How a pull reads ``member``: the runs of ranged pack reads (``blobs.packed.PackRun``, in
     pack order) of the chunks ``index`` places in packs, and the other chunks as blobs of their
-    own. The placement ``member_parts`` gives, built from the index's entries as they come (in
-    pack order), without a location per chunk or a sort: a pull of a 10,000-tensor program
-    does this once. A chunk listed at several places of the member is read from its pack for
-    each of them."""
+    own. Built from the index's entries as they come (in pack order), without a location per
+    chunk or a sort: a pull of a 10,000-tensor program does this once. A chunk is read from a
+    pack when the index lists it there at its size; one listed at several places of the member
+    is read from its pack for each of them."""
     shas, sizes = (list(column) for column in zip(*member.chunks)) if member.chunks else ([], [])
     offsets = list(accumulate(sizes, initial=0))[:-1]
     if not index:
@@ -345,8 +345,8 @@ def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
     """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs and the packs
     ``index`` places chunks in (``member_reads``), fetched several at once into their places,
     each verified; nothing is left behind on failure. Not fsynced: a cache file (see
-    ``BlobCache``: re-hashed after a reboot). The packed chunks first, then the others (at
-    once, they took as long on two cores, locally and against SeaweedFS, measured)."""
+    ``BlobCache``: re-hashed after a reboot). The packed chunks first, then the others, as
+    ``fetch_parts`` does."""
     packed, own = member_reads(member, index or PackIndex())
     with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
@@ -395,9 +395,9 @@ class _MemberFetch:
     once verified; the file replaces the cache path only when every chunk matched."""
 
     def __init__(self, member: Member, blobs: BlobStore, dest: Path, progress: ProgressFn | None,
-                 located: Mapping[str, ChunkLocation] | None = None) -> None:
+                 index: PackIndex | None = None) -> None:
         self.member, self.dest, self._blobs, self._progress = member, dest, blobs, progress
-        self.parts = member_parts(member, located)
+        self.parts = member_parts(member, index)
         self._done = [False] * len(self.parts)
         self._cond = threading.Condition()
         self._error: BaseException | None = None
@@ -663,12 +663,11 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
     fetches: list[_MemberFetch] = []
     unverified: dict[str, frozenset[str]] = {}
     files: dict[str, Path] = {}
-    located = index.locations() if index else None
     try:
         for m in manifest.members:
             if not m.chunks or cache.usable_member(m):
                 continue
-            fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, located)
+            fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, index)
             fetches.append(fetch)
             deferred, records, spans = _defer_plan(fetch, f"member {m.path}")
             fetch.in_place = _in_place_parts(fetch.parts, deferred, spans, blobs) if in_place else {}

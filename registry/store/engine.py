@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from sqlalchemy import ColumnElement, Connection, Engine, String, any_, bindparam, create_engine, event, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
@@ -91,6 +91,12 @@ def make_engine(url: str) -> Engine:
         >>> make_engine("postgresql://u@db.example/reg").url.drivername
         'postgresql+psycopg'
     """
+    return _engine(_database_url(url))
+
+
+def _database_url(url: str) -> URL:
+    """``url`` checked and normalized (``make_engine``): the psycopg 3 driver for PostgreSQL, a
+    SQLite file's path expanded and its directory created."""
     if not isinstance(url, str) or not url:
         raise UsageError("empty database URL", hint="e.g. sqlite:///PATH or postgresql://HOST/DB")
     if url.startswith("postgres://"):
@@ -102,11 +108,25 @@ def make_engine(url: str) -> Engine:
     except sa_exc.ArgumentError as exc:
         raise UsageError(f"invalid database URL {url!r}") from exc
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
-        return _sqlite_engine(parsed)
+        if _in_memory(parsed):
+            return parsed
+        path = Path(parsed.database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return parsed.set(database=str(path))
     if parsed.drivername == "postgresql+psycopg":
-        return create_engine(parsed, pool_pre_ping=True)
+        return parsed
     raise UsageError(f"unsupported database URL scheme {parsed.drivername!r}",
                      hint="use sqlite:///PATH or postgresql://USER@HOST/DB")
+
+
+def _in_memory(url: URL) -> bool:
+    return url.drivername in ("sqlite", "sqlite+pysqlite") and url.database in (None, "", ":memory:")
+
+
+def _engine(url: URL) -> Engine:
+    """The engine for a ``_database_url``."""
+    return _sqlite_engine(url) if url.drivername in ("sqlite", "sqlite+pysqlite") else \
+        create_engine(url, pool_pre_ping=True)
 
 
 #: engines ``kept_engine`` keeps for the next store opened on the same database, at most
@@ -124,18 +144,16 @@ _KEPT: "OrderedDict[str, _Kept]" = OrderedDict()
 _KEPT_LOCK = threading.Lock()
 
 
-def _file_identity(engine: Engine) -> tuple[int, int] | None:
-    """The SQLite file behind ``engine`` (device, inode), None when there is none (yet)."""
+def _file_identity(url: URL) -> tuple[int, int] | None:
+    """The SQLite file at ``url`` (device, inode), None when there is none (yet) or it is no
+    SQLite URL."""
+    if not url.drivername.startswith("sqlite"):
+        return None
     try:
-        st = os.stat(engine.url.database or "")
+        st = os.stat(url.database or "")
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _drop(kept: _Kept) -> None:   # out of the table, with _KEPT_LOCK held (in use: disposed on release)
-    if kept.users == 0:
-        kept.engine.dispose()
 
 
 def kept_engine(url: str, prepare: Callable[[Engine], None]) -> tuple[Engine, Callable[[], None]]:
@@ -153,29 +171,26 @@ def kept_engine(url: str, prepare: Callable[[Engine], None]) -> tuple[Engine, Ca
     dropped once no store uses it. An in-memory SQLite database is never shared (each open
     is a new database); a SQLite file replaced or removed while a store was using its engine
     gets a new one; a forked child keeps none."""
-    engine = make_engine(url)
-    if engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:"):
+    parsed = _database_url(url)
+    if _in_memory(parsed):
+        engine = _engine(parsed)
         try:
             prepare(engine)
         except BaseException:
             engine.dispose()
             raise
         return engine, engine.dispose
-    key = engine.url.render_as_string(hide_password=False)
-    identity = _file_identity(engine) if engine.dialect.name == "sqlite" else None
+    key = parsed.render_as_string(hide_password=False)
+    identity = _file_identity(parsed)
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
-        if kept is not None and kept.identity != identity:
-            del _KEPT[key]
-            _drop(kept)
-            kept = None
-        if kept is None:
-            kept = _KEPT[key] = _Kept(engine, identity)
+        if kept is None or kept.identity != identity:
+            # (an engine dropped from the table is disposed by its last store's release, or was
+            # when its last store closed)
+            kept = _KEPT[key] = _Kept(_engine(parsed), identity)
             while len(_KEPT) > KEEP_ENGINES:
-                _drop(_KEPT.popitem(last=False)[1])
-        else:
-            engine.dispose()   # made for nothing: no connection was opened yet
-            _KEPT.move_to_end(key)
+                _KEPT.popitem(last=False)
+        _KEPT.move_to_end(key)
         kept.users += 1
 
     def release(ok: bool = True) -> None:
@@ -191,10 +206,9 @@ def kept_engine(url: str, prepare: Callable[[Engine], None]) -> tuple[Engine, Ca
     except BaseException:
         release(False)
         raise
-    if engine.dialect.name == "sqlite":
-        with _KEPT_LOCK:
-            if kept.identity is None:
-                kept.identity = _file_identity(kept.engine)   # the file ``prepare`` created
+    with _KEPT_LOCK:
+        if kept.identity is None:
+            kept.identity = _file_identity(parsed)   # the SQLite file ``prepare`` created
     return kept.engine, release
 
 
@@ -212,15 +226,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_kept_engines)
 
 
-def _sqlite_engine(url) -> Engine:
-    memory = url.database in (None, "", ":memory:")
+def _sqlite_engine(url: URL) -> Engine:
+    memory = _in_memory(url)
     if memory:
         engine = create_engine(url, poolclass=StaticPool,
                                connect_args={"check_same_thread": False})
     else:
-        path = Path(url.database).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        url = url.set(database=str(path))
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     @event.listens_for(engine, "connect")

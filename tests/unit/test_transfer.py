@@ -365,11 +365,27 @@ def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():
 
 # -- how a pull reads a member: member_reads ------------------------------------------------------
 
-def test_member_reads_places_every_chunk_as_member_parts_does():
+def _placed_one_by_one(member, index):
+    """The placement rule, one chunk at a time: from the pack the index lists it in at its size,
+    else as a blob of its own."""
+    from registry.blobs.base import Part
+    from registry.blobs.packed import PackedPart
+
+    located = index.locations()
+    out = []
+    for sha, offset, size in member.chunk_spans():
+        loc = located.get("sha256:" + sha)
+        out.append(PackedPart("sha256:" + sha, offset, size, loc.pack, loc.offset) if loc is not None
+                   and loc.size == size else Part("sha256:" + sha, offset, size))
+    return out
+
+
+def test_member_reads_places_every_chunk_as_the_rule_says():
     """The pull's placement (runs of pack reads built from the index in pack order, and the rest
-    as blobs of their own) is ``member_parts``' on random members and indexes: repeated chunks,
-    entries of other members or at another size, several packs; each run in one pack, in offset
-    order, at most ``RUN_BYTES`` long unless it is one chunk."""
+    as blobs of their own), and ``member_parts`` made from it, are the rule's, chunk by chunk, on
+    random members and indexes: repeated chunks, entries of other members or at another size,
+    several packs; each run in one pack, in offset order, at most ``RUN_BYTES`` long unless it
+    is one chunk."""
     import random
 
     from registry.blobs.packed import RUN_BYTES, PackedPart
@@ -394,7 +410,9 @@ def test_member_reads_places_every_chunk_as_member_parts_does():
                 packs.append(Pack.of(f"sha256:{p:064x}", max(at, 1), entries))
         index = PackIndex(tuple(packs))
         runs, own = member_reads(member, index)
-        want = member_parts(member, index.locations())
+        want = _placed_one_by_one(member, index)
+        assert member_parts(member, index) == want
+        assert own == [p for p in want if type(p) is not PackedPart]
         got = {(c[4], "sha256:" + c[0], c[3], c[2], r.pack, c[1]) for r in runs for c in r.chunks}
         got |= {(i, p.digest, p.offset, p.size) for i, p in enumerate(want) if p in own}
         assert sorted(got) == sorted((i, *p) for i, p in enumerate(want))
