@@ -33,7 +33,7 @@ from .errors import IntegrityError
 
 __all__ = ["WORKERS", "BUFFER", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
            "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine", "locked_progress",
-           "gc_held", "GC_HOLD_SECONDS", "Background", "pwrite_all", "Output"]
+           "gc_held", "GC_HOLD_SECONDS", "Background", "pwrite_all", "Output", "thread_buffer"]
 
 #: worker threads for CPU-bound hashing and copying (one per core; two at least, so reads and
 #: writes that wait on the disk overlap with hashing)
@@ -85,7 +85,9 @@ class Job:
 _local = threading.local()
 
 
-def _buffer() -> memoryview:
+def thread_buffer() -> memoryview:
+    """This thread's ``BUFFER`` bytes of scratch memory (reused: one per thread, never freed);
+    nothing that may run while a caller holds it may take it too."""
     buf = getattr(_local, "buf", None)
     if buf is None:
         buf = _local.buf = memoryview(bytearray(BUFFER))
@@ -101,7 +103,7 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
     source ends early. ``writeback``: the copy will be fsynced, so its bytes are sent to the
     disk as it goes (``start_writeback``); a copy that is never synced (the client cache) is
     left to the page cache, where the disk cannot slow it down."""
-    buf = _buffer()
+    buf = thread_buffer()
     h = hashlib.sha256()
     c = 0
     out = Output(out_fd, out_offset, writeback=writeback) if out_fd is not None else None

@@ -32,7 +32,7 @@ __all__ = [
     "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
     "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range", "range_error",
     "corrupt_blob_error", "check_read_range", "short_blob_error", "PwriteWriter", "verified_into",
-    "atomic_download", "hash_parts", "part_blocks", "stretches",
+    "atomic_download", "hash_parts", "part_blocks", "stretches", "RangeSink",
 ]
 
 #: Called with the number of bytes just transferred (S3 may report a negative amount when a
@@ -57,6 +57,13 @@ class Part(NamedTuple):
     digest: str
     offset: int
     size: int
+
+
+class RangeSink(Protocol):
+    """Where ``read_range_into`` writes: ``write`` is given each piece in order and must not
+    keep it (the buffer is reused)."""
+
+    def write(self, data: memoryview | bytes, /) -> object: ...
 
 
 @runtime_checkable
@@ -120,6 +127,12 @@ class BlobStore(Protocol):
         ``NotFoundError`` when the blob is not stored; ``IntegrityError`` when it is shorter
         than ``offset + length`` (the stored pack is truncated, or not what was recorded);
         ``UsageError`` for a negative ``offset`` or a ``length`` below 1."""
+
+    def read_range_into(self, digest: str, offset: int, length: int, out: RangeSink) -> None:
+        """``read_range``'s bytes written to ``out`` in order, in pieces as they arrive (a few
+        MiB at most; one request, and a body cut off mid-way goes on from the next byte, so
+        ``out`` sees each byte once), never the whole range in memory at once. The same
+        errors; what ``out.write`` raises stops the read and propagates as it is."""
 
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:
         """The verified content; ``IntegrityError`` when larger than ``max_size``."""

@@ -5,14 +5,18 @@ at offset O). So nothing here trusts a pack's bytes: every chunk read from one i
 compared with the chunk's own digest before it is written anywhere or reported done. Chunks
 that lie close together in one pack are read with one ranged request (a ``PackRun``: at most
 ``RUN_BYTES`` each, a gap of up to ``RUN_GAP`` bytes read and dropped), and the runs go on
-``WORKERS`` threads; memory is bounded by ``WORKERS * RUN_BYTES``.
+``WORKERS`` threads. A run is never held whole: its bytes stream through a ``_RunWriter``,
+which checks and writes each chunk as soon as its last byte is in, so memory is one piece per
+thread (the store's: 512 KiB from S3, a few MiB from a local directory).
 
 A pull builds its runs straight from a version's pack index (``client.transfer.member_reads``,
 the index's entries already in pack order); ``get_packed`` and ``check_packed`` take one
 ``PackedPart`` per chunk and group them (``runs``) by the same rule.
 
-Every store provides ``read_range(digest, offset, length)`` (a raw, unverified read of one
-stretch of a blob); this module is the same for all of them.
+Every store provides ``read_range_into(digest, offset, length, out)`` (a raw, unverified read of
+one stretch of a blob, handed to ``out`` piece by piece); this module is the same for all of them.
+(Reading a run whole and then hashing it cost an S3 pull of 148 MiB of small chunks an 8 MiB
+buffer per run, faulted in afresh each time: 0.30-0.35 s against 0.26-0.29 s streamed.)
 """
 from __future__ import annotations
 
@@ -127,52 +131,104 @@ def _mismatch(digest: str, pack: str, pack_offset: int, got: str) -> IntegrityEr
                           "pulled until the pack is restored (from a backup of the store)")
 
 
-def _read_verified(blobs: BlobStore, run: PackRun, checked: Callable[[int, bool], None] | None = None) -> memoryview:
-    """Read one run and verify each chunk in it; its bytes (from ``run.start``). ``checked(tag,
-    ok)`` for each chunk verified (the first that does not match raises)."""
-    pack, start, _end, chunks = run
-    data = memoryview(blobs.read_range(pack, start, run.end - start))
-    sha = hashlib.sha256
-    for hex_, at, n, _dest, tag in chunks:
-        got = sha(data[at - start:at - start + n]).hexdigest()
-        if checked is not None:
-            checked(tag, got == hex_)
-        if got != hex_:
-            raise _mismatch("sha256:" + hex_, pack, at, got)
-    return data
+class _RunWriter:
+    """Takes one run's bytes in order, in pieces of any size (``BlobStore.read_range_into``),
+    and as soon as a chunk's last byte is in, hashes it against its own digest and then writes
+    it at its destination offset of ``fd`` (chunks back to back in both the pack and the file,
+    inside one piece, in one write). A chunk cut by a piece boundary is kept (it is under
+    ``PACK_BELOW`` bytes) until the next piece completes it; the bytes between chunks are
+    dropped. So a run goes through one piece-sized buffer: no copy of the whole run, and each
+    chunk is hashed while its piece is still in the CPU's cache.
+
+    ``fd`` None: only verify (``checked(tag, ok)`` for each chunk). ``IntegrityError`` for the
+    first chunk that does not match (nothing of it or after it is written)."""
+
+    __slots__ = ("fd", "pack", "chunks", "i", "pos", "kept", "kept_at", "checked", "progress", "on_done")
+
+    def __init__(self, fd: int | None, run: PackRun, *, checked: Callable[[int, bool], None] | None = None,
+                 progress: ProgressFn | None = None, on_done: Callable[[int], None] | None = None) -> None:
+        self.fd, self.pack, self.chunks = fd, run.pack, run.chunks
+        self.i = 0              # the first chunk not yet complete
+        self.pos = run.start    # the pack offset of the next byte to come
+        self.kept = b""         # bytes [kept_at, pos) of the pack: the start of chunk i
+        self.kept_at = run.start
+        self.checked, self.progress, self.on_done = checked, progress, on_done
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data)
+        pos, chunks, i, n = self.pos, self.chunks, self.i, len(self.chunks)
+        end = pos + len(view)
+        sha, checked = hashlib.sha256, self.checked
+        span = -1               # the chunks of ``view`` written together: [span, i)
+        span_at = span_dest = span_end = 0
+        while i < n:
+            hex_, at, size, dest, tag = chunks[i]
+            stop = at + size
+            if stop > end:
+                break
+            inside = at >= pos
+            data_ = view[at - pos:stop - pos] if inside else self.kept[at - self.kept_at:] + view[:stop - pos]
+            got = sha(data_).hexdigest()
+            if checked is not None:
+                checked(tag, got == hex_)
+            if got != hex_:
+                raise _mismatch("sha256:" + hex_, self.pack, at, got)
+            if span >= 0 and not (inside and at == span_end and dest == span_dest + span_end - span_at):
+                self._write(view[span_at - pos:span_end - pos], span_dest, span, i)
+                span = -1
+            if not inside:
+                self._write(data_, dest, i, i + 1)
+            elif span < 0:
+                span, span_at, span_dest, span_end = i, at, dest, stop
+            else:
+                span_end = stop
+            i += 1
+        if span >= 0:
+            self._write(view[span_at - pos:span_end - pos], span_dest, span, i)
+        if i < n:   # keep what is in of the next chunk
+            at = chunks[i][1]
+            if at >= end:
+                self.kept, self.kept_at = b"", end
+            elif at >= pos:
+                self.kept, self.kept_at = bytes(view[at - pos:]), at
+            else:
+                self.kept, self.kept_at = self.kept[at - self.kept_at:] + view, at
+        self.i, self.pos = i, end
+        return len(view)
+
+    def _write(self, data: bytes | memoryview, dest: int, first: int, stop: int) -> None:
+        """Chunks ``[first, stop)``, verified, are ``data``: write it at ``dest``."""
+        if self.fd is None:
+            return
+        pwrite_all(self.fd, data, dest)
+        if self.progress is not None:
+            self.progress(len(data))
+        if self.on_done is not None:
+            for c in self.chunks[first:stop]:
+                self.on_done(c[4])
+
+    def close(self) -> None:
+        """The run is over: every chunk must have come (a store sends exactly the range asked)."""
+        if self.i < len(self.chunks):
+            hex_, at, size = self.chunks[self.i][:3]
+            raise IntegrityError(f"chunk sha256:{hex_} of pack {self.pack} at offset {at} ({size} bytes) was "
+                                 f"not in the bytes the store sent, which ended at offset {self.pos}",
+                                 hint="the store does not honour ranged reads")
+
+
+def _read_run(blobs: BlobStore, run: PackRun, fd: int | None, **kwargs) -> None:
+    """One run through a ``_RunWriter``: one ranged read of the store."""
+    writer = _RunWriter(fd, run, **kwargs)
+    blobs.read_range_into(run.pack, run.start, run.end - run.start, writer)
+    writer.close()
 
 
 def read_runs(blobs: BlobStore, fd: int, runs_: Sequence[PackRun], *, progress: ProgressFn | None = None,
               on_done: Callable[[int], None] | None = None) -> None:
     """Read every run, verify each of its chunks and write it at its destination offset of the
-    open file ``fd`` (chunks lying back to back both in the pack and in the file in one write);
-    ``on_done(tag)`` once a chunk is written. ``IntegrityError`` for a chunk that does not match
-    (nothing more is written; discard the file)."""
-    def write(data: memoryview, start: int, span: list[RunChunk]) -> None:
-        at, dest = span[0][1], span[0][3]
-        n = span[-1][1] + span[-1][2] - at
-        pwrite_all(fd, data[at - start:at - start + n], dest)
-        if progress is not None:
-            progress(n)
-        if on_done is not None:
-            for c in span:
-                on_done(c[4])
-
-    def one(run: PackRun) -> None:
-        data = _read_verified(blobs, run)
-        span: list[RunChunk] = []
-        for c in run.chunks:
-            if span:
-                last = span[-1]
-                if c[1] == last[1] + last[2] and c[3] == last[3] + last[2]:
-                    span.append(c)
-                    continue
-                write(data, run.start, span)
-            span = [c]
-        if span:
-            write(data, run.start, span)
-
-    run_parallel(one, runs_, _workers(blobs))
+    open file ``fd`` (``_RunWriter``); ``on_done(tag)`` once a chunk is written.
+    ``IntegrityError`` for a chunk that does not match (nothing more is written; discard the file)."""
+    run_parallel(lambda run: _read_run(blobs, run, fd, progress=progress, on_done=on_done), runs_, _workers(blobs))
 
 
 def get_packed(blobs: BlobStore, fd: int, parts: Sequence[PackedPart], *, progress: ProgressFn | None = None,
@@ -189,4 +245,4 @@ def check_packed(blobs: BlobStore, parts: Sequence[PackedPart], *,
     pusher's pack index this way before recording it); ``IntegrityError`` for the first that
     is not, ``NotFoundError`` when a pack is not stored. ``checked(i, ok)`` as each part is
     found to match or not (from several threads)."""
-    run_parallel(lambda run: _read_verified(blobs, run, checked), _part_runs(parts), _workers(blobs))
+    run_parallel(lambda run: _read_run(blobs, run, None, checked=checked), _part_runs(parts), _workers(blobs))

@@ -50,7 +50,7 @@ from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
 from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, blob_relpath,
+from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, blob_relpath,
                    check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, short_blob_error, unique_parts, verified_into)
 
@@ -382,13 +382,25 @@ class S3BlobStore:
 
     def read_range(self, digest: str, offset: int, length: int) -> bytes:
         """Bytes ``[offset, offset+length)`` of the object, raw and unverified, from ranged GETs
-        (botocore retries each request; a body cut off mid-way is asked for again from the next
-        byte, up to ``_STREAM_ATTEMPTS`` times in all, as ``_stream`` does). ``NotFoundError`` if
-        missing; ``IntegrityError`` when the object is shorter than ``offset + length``, or the
-        answer is not the range asked for."""
+        (``_range_pieces``). ``NotFoundError`` if missing; ``IntegrityError`` when the object
+        is shorter than ``offset + length``, or the answer is not the range asked for."""
+        with contextlib.closing(self._range_pieces(digest, offset, length)) as pieces:
+            return b"".join(pieces)
+
+    def read_range_into(self, digest: str, offset: int, length: int, out: RangeSink) -> None:
+        """``read_range``'s bytes into ``out`` as they arrive, ``_STREAM_READ`` at a time, from
+        one ranged GET (more only when a body is cut off). What ``out.write`` raises is never
+        taken for a failed read."""
+        with contextlib.closing(self._range_pieces(digest, offset, length)) as pieces:
+            for data in pieces:
+                out.write(data)
+
+    def _range_pieces(self, digest: str, offset: int, length: int) -> Iterator[bytes]:
+        """The bytes of ``[offset, offset+length)``, in order, ``_STREAM_READ`` at a time: a
+        ranged GET (botocore retries each request; a body cut off mid-way is asked for again
+        from the next byte, up to ``_STREAM_ATTEMPTS`` times in all, as ``_stream`` does)."""
         check_read_range(digest, offset, length)
         key, end = self._key(digest), offset + length - 1
-        pieces: list[bytes] = []
         got = failures = 0
         with self._translated("read", digest, check_bucket=True):
             while True:
@@ -403,21 +415,20 @@ class S3BlobStore:
                 try:
                     _check_span(digest, offset, length, start, response, self.url)
                     while got < length:
-                        data = body.read(min(_STREAM_READ, length - got))
-                        if not data:
+                        try:
+                            data = body.read(min(_STREAM_READ, length - got))
+                        except _RETRYABLE_READ_ERRORS as exc:
+                            failures += 1
+                            if failures >= _STREAM_ATTEMPTS:
+                                raise RetriesExceededError(exc) from exc
                             break
-                        pieces.append(data)
+                        if not data:  # botocore checks the length: a bare early end is not the range
+                            raise IntegrityError(f"blob {digest}: the store ended bytes {offset}-{end} after "
+                                                 f"{got} bytes", hint="the S3 server does not honour ranged GETs")
                         got += len(data)
-                    if got < length:  # botocore checks the length: a bare early end is not the range
-                        raise IntegrityError(f"blob {digest}: the store ended bytes {offset}-{end} after "
-                                             f"{got} bytes", hint="the S3 server does not honour ranged GETs")
-                    return b"".join(pieces)
-                except _RETRYABLE_READ_ERRORS as exc:
+                        yield data
                     if got == length:
-                        return b"".join(pieces)
-                    failures += 1
-                    if failures >= _STREAM_ATTEMPTS:
-                        raise RetriesExceededError(exc) from exc
+                        return
                 finally:
                     body.close()
 

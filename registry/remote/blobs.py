@@ -31,9 +31,9 @@ from typing import Any, BinaryIO, Callable, Collection, Iterable, Iterator, Sequ
 import httpx
 import urllib3
 
-from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, atomic_download, check_range, check_read_range,
-                          locked_progress, open_range, range_error, run_parallel, short_blob_error, unique_parts,
-                          verified_into)
+from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, check_range,
+                          check_read_range, locked_progress, open_range, range_error, run_parallel, short_blob_error,
+                          unique_parts, verified_into)
 from ..digests import sha256_bytes
 from ..constants import VERSION
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
@@ -333,13 +333,17 @@ class HttpBlobStore:
         answers 206), resumed and retried as ``_fetch`` does. ``NotFoundError`` if the server
         does not store it; ``IntegrityError`` when it is shorter than ``offset + length`` or the
         answer is not the range asked for."""
+        out = io.BytesIO()
+        self.read_range_into(digest, offset, length, out)
+        return out.getvalue()
+
+    def read_range_into(self, digest: str, offset: int, length: int, out: RangeSink) -> None:
+        """``read_range``'s bytes into ``out`` in order, as they arrive (``STREAM_PIECE`` at a time)."""
         check_read_range(digest, offset, length)
         target = self._range_target(digest)
         if offset + length > target.size:
             raise short_blob_error(digest, offset, length, f"the registry at {self.url}", target.size)
-        out = io.BytesIO()
         self._fetch(target, out, None, threading.Event(), offset=offset, length=length)
-        return out.getvalue()
 
     def _range_target(self, digest: str) -> Target:
         """The download target of a blob read in ranges, asked of the server once per

@@ -12,7 +12,7 @@ from registry.blobs.s3 import S3BlobStore
 from registry.errors import IntegrityError, NotFoundError
 from tests.unit.test_blobs_local import MiB, blob, relpath
 from tests.unit.test_blobs_s3_moto import SMALL_PARTS, S3ContractHooks
-from tests.unit.test_read_range import ReadRangeContract
+from tests.unit.test_read_range import ReadRangeContract, Sink
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,8 @@ class TestSeaweedReadRange(ReadRangeContract):
         assert store.read_range(digest, 1_000_000, 300_000) == data[1_000_000:1_300_000]
         assert answers == [("bytes=1000000-1299999", 300_000, f"bytes 1000000-1299999/{len(data)}")]
 
-    def test_a_body_cut_off_is_resumed_from_the_next_byte(self, store, pack, monkeypatch):
+    @pytest.mark.parametrize("into", [False, True])
+    def test_a_body_cut_off_is_resumed_from_the_next_byte(self, store, pack, monkeypatch, into):
         from botocore.exceptions import ResponseStreamingError
 
         data, digest = pack
@@ -91,7 +92,12 @@ class TestSeaweedReadRange(ReadRangeContract):
             return response
 
         monkeypatch.setattr(client, "get_object", get_object)
-        assert store.read_range(digest, 4000, 600_000) == data[4000:604_000]
+        if into:   # each byte handed over once
+            sink = Sink()
+            store.read_range_into(digest, 4000, 600_000, sink)
+            assert b"".join(sink.pieces) == data[4000:604_000]
+        else:
+            assert store.read_range(digest, 4000, 600_000) == data[4000:604_000]
         assert ranges == ["bytes=4000-603999", "bytes=5000-603999"]
 
 

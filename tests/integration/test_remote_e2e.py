@@ -259,7 +259,7 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
     from registry.errors import IntegrityError, NotFoundError, UsageError
     from registry.remote.blobs import HttpBlobStore, Target
     from registry.remote.http import HttpClient, same_origin
-    from tests.unit.test_read_range import assert_short, pack_bytes
+    from tests.unit.test_read_range import Sink, assert_short, pack_bytes
 
     data, digest = pack_bytes(1 << 20)
     store = HttpBlobStore(HttpClient(reg_env.url, reg_env.token))
@@ -294,6 +294,14 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
         assert seen == [(route, "bytes=300001-500000", 206)]
         assert store.read_range(digest, len(data) - 999, 999) == data[-999:]
         assert store.read_range(digest, 0, len(data)) == data
+        sink = Sink()
+        store.read_range_into(digest, 5, len(data) - 5, sink)     # what a pull's pack runs use
+        assert b"".join(sink.pieces) == data[5:]
+        error = ConnectionError("the sink's own")
+        failing = Sink(fail_at=1, error=error)
+        with pytest.raises(ConnectionError) as exc:
+            store.read_range_into(digest, 0, len(data), failing)
+        assert exc.value is error and failing.calls == 1
 
         for offset, length in ((len(data) - 10, 11), (len(data), 1), (len(data) + 5000, 10)):
             with pytest.raises(IntegrityError) as exc:

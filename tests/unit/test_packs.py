@@ -4,6 +4,7 @@ from a pack is checked against its own digest before it is written."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 
@@ -234,6 +235,121 @@ def test_an_index_pointing_a_chunk_elsewhere_is_caught(store):
         check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, d(PACK), len(PACK) - 10)])
     with pytest.raises(NotFoundError):
         check_packed(store, [PackedPart(d(CHUNKS[1]), 0, 3000, "sha256:" + "ab" * 32, 0)])
+
+
+class _Pieces:
+    """A store whose ``read_range_into`` hands ``data``'s range over in the given piece sizes,
+    through one reused buffer (as the local store does), recording each read."""
+
+    def __init__(self, data: bytes, sizes) -> None:
+        self.data, self.sizes, self.reads = data, sizes, []
+
+    def read_range_into(self, digest, offset, length, out):
+        self.reads.append((offset, length))
+        buf, at, sizes = bytearray(max(self.sizes)), offset, itertools.cycle(self.sizes)
+        while at < offset + length:
+            n = min(next(sizes), offset + length - at)
+            buf[:n] = self.data[at:at + n]
+            out.write(memoryview(buf)[:n])
+            buf[:n] = b"\xee" * n          # a writer that kept the view would see this
+            at += n
+
+
+def _random_run(rng, count: int = 60):
+    """A pack of ``count`` chunks under 64 KiB with gaps between some, a run over some of them
+    (some twice: a tensor a member repeats) and where each lands in the member."""
+    from registry.blobs.packed import PackRun
+
+    pack, chunks = bytearray(), []
+    for tag in range(count):
+        pack += rng.randbytes(rng.choice([0, 0, 0, 5, 4000]))         # a gap (another member's chunk)
+        size = rng.choice([1, 17, 700, 9000, 65_535])
+        at = len(pack)
+        pack += rng.randbytes(size)
+        chunks.append((hashlib.sha256(pack[at:]).hexdigest(), at, size))
+    picked = sorted(rng.sample(chunks, count // 2) + rng.sample(chunks, 3), key=lambda c: c[1])
+    dest, run = 0, []
+    for tag, (hex_, at, size) in enumerate(picked):
+        dest += rng.choice([0, 0, 3])
+        run.append((hex_, at, size, dest, tag))
+        dest += size
+    start, end = run[0][1], max(c[1] + c[2] for c in run)
+    return bytes(pack), PackRun(d(bytes(pack)), start, end, run), dest
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, seed):
+    """``read_runs`` takes a run's bytes in whatever pieces the store sends (a chunk cut by a
+    piece boundary, a piece of one byte, the whole run at once): every chunk is written at its
+    place, exactly its bytes, reported done once, and progress adds up to what was written."""
+    import random
+
+    from registry.blobs.packed import read_runs
+
+    rng = random.Random(seed)
+    pack, run, size = _random_run(rng)
+    sizes = rng.choice([[1, 2, 3, 5000], [700], [65_536], [1 << 20], [rng.randint(1, 100_000) for _ in range(50)]])
+    store = _Pieces(pack, sizes)
+    path = tmp_path / "out"
+    path.write_bytes(b"\0" * size)
+    fd = os.open(path, os.O_RDWR)
+    done, seen = [], []
+    try:
+        read_runs(store, fd, [run], progress=seen.append, on_done=done.append)
+    finally:
+        os.close(fd)
+    out = path.read_bytes()
+    for hex_, at, n, dest, _tag in run.chunks:
+        assert out[dest:dest + n] == pack[at:at + n]
+    assert sorted(done) == list(range(len(run.chunks)))
+    assert sum(seen) == sum(c[2] for c in run.chunks)
+    assert store.reads == [(run.start, run.end - run.start)]      # one ranged read per run
+
+
+@pytest.mark.parametrize("piece", [1, 1000, 1 << 20])
+def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
+    """The chunk that does not match raises; neither it nor any chunk after it is written (those
+    before it may be: the file is discarded); ``checked`` hears of each chunk up to it."""
+    import random
+
+    from registry.blobs.packed import _read_run
+
+    pack, run, size = _random_run(random.Random(99))
+    bad = next(i for i in range(20, len(run.chunks)) if run.chunks[i][1] != run.chunks[i - 1][1])  # not a repeat
+    hex_, at, n, dest, tag = run.chunks[bad]
+    broken = bytearray(pack)
+    broken[at + n // 2] ^= 0x01
+    path = tmp_path / "out"
+    path.write_bytes(b"\0" * size)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(IntegrityError, match=f"chunk sha256:{hex_} read from pack .* at offset {at} "):
+            _read_run(_Pieces(bytes(broken), [piece]), run, fd)
+    finally:
+        os.close(fd)
+    out = path.read_bytes()
+    for c in run.chunks[bad:]:
+        assert out[c[3]:c[3] + c[2]] == b"\0" * c[2]
+    seen = []
+    with pytest.raises(IntegrityError):
+        _read_run(_Pieces(bytes(broken), [piece]), run, None, checked=lambda t, ok: seen.append((t, ok)))
+    assert seen == [(c[4], True) for c in run.chunks[:bad]] + [(tag, False)]
+
+
+def test_a_store_that_sends_less_than_the_run_is_refused(tmp_path):
+    """A store that ends early without an error (it must not): the chunks not sent are named."""
+    import random
+
+    from registry.blobs.packed import _read_run
+
+    pack, run, _ = _random_run(random.Random(5))
+
+    class Short(_Pieces):
+        def read_range_into(self, digest, offset, length, out):
+            super().read_range_into(digest, offset, length - 10, out)
+
+    with pytest.raises(IntegrityError, match="was not in the bytes the store sent"):
+        _read_run(Short(pack, [4096]), run, None)
 
 
 def test_a_server_older_than_packs_means_no_packs(tmp_path):

@@ -105,6 +105,50 @@ class ReadRangeContract:
             store.read_range("sha256:" + "A" * 64, 0, 10)
 
 
+    def test_read_range_into_hands_over_the_same_bytes_in_order(self, store, pack):
+        data, digest = pack
+        for offset, length in [(1_000_003, 2 * MiB + 17), (0, len(data)), (len(data) - 1, 1)]:
+            sink = Sink()
+            assert store.read_range_into(digest, offset, length, sink) is None
+            assert b"".join(sink.pieces) == data[offset:offset + length]
+            assert all(sink.pieces) and max(map(len, sink.pieces)) <= 4 * MiB
+
+    def test_read_range_into_fails_as_read_range_does(self, store, pack):
+        data, digest = pack
+        with pytest.raises(IntegrityError) as exc:
+            store.read_range_into(digest, len(data) - 100, 101, Sink())
+        assert_short(exc, digest, len(data) - 100, len(data))
+        _, other = pack_bytes(1000, seed=8)
+        with pytest.raises(NotFoundError):
+            store.read_range_into(other, 0, 10, Sink())
+        with pytest.raises(UsageError):
+            store.read_range_into(digest, -1, 10, Sink())
+
+    @pytest.mark.parametrize("error", [ConnectionError("the sink's own connection"), OSError(28, "No space left")])
+    def test_what_the_sink_raises_stops_the_read_as_it_is(self, store, pack, error):
+        """A sink's failure is not a failed read: never retried, nothing more read after it,
+        the same exception (a ConnectionError too, which a store retries when reading)."""
+        data, digest = pack
+        sink = Sink(fail_at=1, error=error)
+        with pytest.raises(type(error)) as exc:
+            store.read_range_into(digest, 0, len(data), sink)
+        assert exc.value is error and sink.calls == 1
+
+
+class Sink:
+    """A ``RangeSink`` keeping a copy of each piece (the store may reuse its buffer)."""
+
+    def __init__(self, fail_at: int | None = None, error: BaseException | None = None) -> None:
+        self.pieces: list[bytes] = []
+        self.calls, self.fail_at, self.error = 0, fail_at, error
+
+    def write(self, data) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise self.error
+        self.pieces.append(bytes(data))
+
+
 class TestLocalReadRange(ReadRangeContract):
     @pytest.fixture
     def store(self, tmp_path) -> LocalBlobStore:
