@@ -167,7 +167,12 @@ class _RunWriter:
             if stop > end:
                 break
             inside = at >= pos
-            data_ = view[at - pos:stop - pos] if inside else self.kept[at - self.kept_at:] + view[:stop - pos]
+            if inside:
+                data_ = view[at - pos:stop - pos]
+            elif stop <= pos:   # inside an earlier chunk that was cut: all of it is kept
+                data_ = self.kept[at - self.kept_at:stop - self.kept_at]
+            else:
+                data_ = self.kept[at - self.kept_at:] + view[:stop - pos]
             got = sha(data_).hexdigest()
             if checked is not None:
                 checked(tag, got == hex_)

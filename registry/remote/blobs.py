@@ -368,7 +368,7 @@ class HttpBlobStore:
         end is a ``short_blob_error``). A body cut off is asked for again from the next byte
         (``Range``), up to ``STREAM_ATTEMPTS`` tries in all; a presigned URL the bucket refuses
         (expired) is asked of the server afresh, once per try."""
-        got, failures = 0, 0
+        got, failures, writing = 0, 0, False
         size = target.size if length is None else length
         ranged = length is not None
         while True:
@@ -413,7 +413,9 @@ class HttpBlobStore:
                                                  hint="the store does not honour ranged GETs")
                         raise IntegrityError(f"blob {target.digest} is larger than the {size} bytes expected",
                                              hint="the store holds the wrong content for it")
+                    writing = True    # what the writer raises is its own, never a cut-off body
                     writer.write(data)
+                    writing = False
                     got += len(data)
                     if progress is not None:
                         progress(len(data))
@@ -424,6 +426,8 @@ class HttpBlobStore:
                     raise StoreError(f"the download of blob {target.digest} stopped at byte {got} of {size}",
                                      hint="try again")
             except _CUT_OFF as exc:
+                if writing:
+                    raise
                 if got == size:
                     return  # every byte arrived before the connection failed: the digest decides
                 failures += 1

@@ -306,6 +306,35 @@ def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, s
     assert store.reads == [(run.start, run.end - run.start)]      # one ranged read per run
 
 
+@pytest.mark.parametrize("piece", [1, 7, 300, 512, 1000, 4096])
+def test_a_chunk_inside_another_is_read_from_what_was_kept(tmp_path, piece):
+    """An index never lays one chunk inside another (``PackIndex`` refuses overlaps), but
+    ``get_packed`` takes any parts: a chunk lying inside one cut by a piece boundary is only
+    complete once that one is, and is then taken from the kept bytes."""
+    import random
+
+    from registry.blobs.packed import PackRun, read_runs
+
+    pack = random.Random(3).randbytes(3000)
+    h = lambda a, n: hashlib.sha256(pack[a:a + n]).hexdigest()       # noqa: E731
+    spans = [(0, 1000), (100, 100), (250, 2000), (900, 50), (999, 1), (2200, 800)]
+    chunks, dest = [], 0
+    for tag, (at, n) in enumerate(spans):
+        chunks.append((h(at, n), at, n, dest, tag))
+        dest += n
+    path = tmp_path / "out"
+    path.write_bytes(b"\0" * dest)
+    fd = os.open(path, os.O_RDWR)
+    done = []
+    try:
+        read_runs(_Pieces(pack, [piece]), fd, [PackRun(d(pack), 0, 3000, chunks)], on_done=done.append)
+    finally:
+        os.close(fd)
+    out = path.read_bytes()
+    assert [out[c[3]:c[3] + c[2]] for c in chunks] == [pack[at:at + n] for at, n in spans]
+    assert sorted(done) == list(range(len(spans)))
+
+
 @pytest.mark.parametrize("piece", [1, 1000, 1 << 20])
 def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
     """The chunk that does not match raises; neither it nor any chunk after it is written (those
