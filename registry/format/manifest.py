@@ -7,10 +7,10 @@ at once (schema errors plus cross-field checks) and then parses the JSON into ``
 attributes; dicts exist only at the JSON edge: ``from_json`` here, and ``to_json()``, which
 writes back exactly the JSON that was read (optional keys present as they were given), so the
 canonical bytes and the digest (``sha256:`` of ``canonical_json(manifest.to_json())``) never
-depend on the typed view.
+depend on the typed view. For example::
 
-    >>> m = Manifest.from_raw(json.loads(data))          # doctest: +SKIP
-    >>> m.digest, [i.name for i in m.programs["encoder"].inputs]
+    m = Manifest.from_raw(json.loads(data))     # ManifestError listing every problem at once
+    m.digest, [i.name for i in m.programs["encoder"].inputs]
 """
 from __future__ import annotations
 

@@ -291,8 +291,10 @@ def run_transaction(engine: Engine, work: Callable[[Session], T], *, write: bool
     derive everything from what it reads. SQLAlchemy errors leave as StoreError or
     ConflictError; registry errors raised by ``work`` pass through after a rollback.
 
+        >>> engine = make_engine("sqlite://")
         >>> run_transaction(engine, lambda s: s.scalar(text("SELECT 1")), write=False)
         1
+        >>> engine.dispose()
     """
     bind = engine.execution_options(**{WRITE_OPTION: True}) if write else engine
     for attempt in range(_ATTEMPTS):
