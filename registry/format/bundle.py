@@ -30,7 +30,7 @@ from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
 from ..atomic import USER_FILE, atomic_write
-from ..parallel import Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate, pwrite_all
+from ..parallel import Flusher, Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate, pwrite_all
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -215,9 +215,14 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
                 plan.append((member, member_jobs(member, lambda a, n, r=concat: _slice(r, files, a, n),
                                                  out_fd=fd, out_offset=places[member.path], check=check)))
                 planned.append(concat)
-            for (member, jobs), concat, done in zip(plan, planned,
-                                                     _run_member_jobs(plan, "", crc=True, progress=progress,
-                                                                      writeback=True)):
+            with Flusher(fd) as flusher:   # durable as it goes: the final fsync finds little to do
+                def wrote(n: int) -> None:
+                    flusher.wrote(n)
+                    if progress is not None:
+                        progress(n)
+
+                copied = _run_member_jobs(plan, "", crc=True, progress=wrote, writeback=True)
+            for (member, jobs), concat, done in zip(plan, planned, copied):
                 _check_range_crcs(member, concat, jobs, done)
                 results[member.path] = done
         finally:

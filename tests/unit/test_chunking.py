@@ -107,6 +107,36 @@ def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
         BundleFile.open(out).verify()
 
 
+def test_a_bundle_is_made_durable_while_it_is_copied(finetune_pair, tmp_path, monkeypatch):
+    """``write_bundle`` flushes its temp file every ``FLUSH_BYTES`` while the chunks are still
+    being copied (``parallel.Flusher``), so the final fsync has little left; a flush that
+    fails fails the write and leaves nothing behind."""
+    import os
+
+    from registry import parallel
+    from registry.bundler import ProgramInput, build_bundle
+
+    monkeypatch.setattr(parallel, "FLUSH_BYTES", 64 * 1024)
+    flushed, real = [], os.fdatasync
+
+    def fdatasync(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    out = build_bundle(tmp_path / "b.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")]).path
+    assert out.stat().st_size > 20 * parallel.FLUSH_BYTES
+    assert flushed and all(os.path.dirname(p) == str(tmp_path) and p != str(out) for p in flushed)
+
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(OSError, match="Input/output error"):
+        build_bundle(tmp_path / "c.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.pt2b"]
+
+
 def test_chunks_inside_spans():
     from registry.format.chunking import chunks_inside
 

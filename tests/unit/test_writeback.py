@@ -56,3 +56,48 @@ def test_only_copies_that_will_be_synced_send_hints(tmp_path, monkeypatch):
         got = hash_copy([Segment(s.fileno(), 0, n)], out_fd=b.fileno(), writeback=True)
     assert got.size == n and (tmp_path / "b").read_bytes() == src.read_bytes()
     assert sent == [(0, n)]  # smaller than WRITEBACK: one hint, for the finished range
+
+
+def _wait(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return predicate()
+
+
+def test_the_flusher_syncs_each_time_enough_was_written(tmp_path, monkeypatch):
+    """``Flusher``: one ``fdatasync`` of the file per ``every`` bytes written, on its own
+    thread; none before that, none after the block."""
+    calls = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append(fd))
+    with open(tmp_path / "f", "wb") as f:
+        with parallel.Flusher(f.fileno(), every=1000) as flusher:
+            flusher.wrote(999)
+            time.sleep(0.05)
+            assert calls == []                      # not yet: 999 bytes since the last flush
+            flusher.wrote(1)
+            assert _wait(lambda: calls == [f.fileno()])
+            flusher.wrote(400)
+            flusher.wrote(700)
+            assert _wait(lambda: len(calls) == 2)
+        assert not any(t.name == "pt2reg-flush" and t.is_alive() for t in threading.enumerate())
+        assert len(calls) == 2                     # the final fsync is the caller's
+
+
+def test_a_failed_flush_fails_the_block(tmp_path, monkeypatch):
+    """An fsync error is reported once: the flusher must not swallow it (the caller's final
+    fsync could then succeed over lost writes)."""
+    def eio(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with open(tmp_path / "f", "wb") as f:
+        with pytest.raises(OSError, match="Input/output error"):
+            with parallel.Flusher(f.fileno(), every=10) as flusher:
+                flusher.wrote(10)
+                time.sleep(0.05)
+        with pytest.raises(ValueError, match="the block's own"):   # the block's error wins
+            with parallel.Flusher(f.fileno(), every=10) as flusher:
+                flusher.wrote(10)
+                time.sleep(0.05)
+                raise ValueError("the block's own")
