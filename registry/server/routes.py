@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse, Response
 
 from ..access.scopes import ADMIN, AUDIT_READ
 from ..digests import digest_of_bytes
-from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
+from ..errors import AccessDeniedError, IntegrityError, ManifestError, NotFoundError, UsageError
 from ..blobs.packed import PackedPart, check_packed
-from ..format.manifest import stored_blobs
+from ..format.manifest import Manifest, stored_blobs
 from ..format.packs import PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
@@ -280,10 +280,22 @@ def _manifest_blobs(name: str, digest: str, manifest_json: str,
                     claimed: list[tuple[str, int]], index: PackIndex) -> list[tuple[str, int]]:
     """The blobs a version needs, derived from its manifest and pack index (the client's list
     is not trusted: a publish naming fewer blobs would record a version whose data was never
-    uploaded). The manifest text must hash to ``digest``; a claimed blob must be one of them,
-    at its size; the index may only place the manifest's own chunks."""
-    if digest_of_bytes(manifest_json.encode("utf-8")) != digest:
+    uploaded). The manifest text must hash to ``digest`` and be a valid manifest in canonical
+    form, as every pull checks (another spelling, hashing to ``digest`` as sent, would record
+    a version no client can pull); a claimed blob must be one of them, at its size; the index
+    may only place the manifest's own chunks."""
+    text = manifest_json.encode("utf-8")
+    if digest_of_bytes(text) != digest:
         raise IntegrityError(f"cannot publish {name}: its manifest does not hash to {digest}",
+                             hint="send the manifest's canonical JSON text unchanged")
+    try:
+        manifest = Manifest.from_bytes(text, digest)
+    except ManifestError as exc:
+        raise IntegrityError(f"cannot publish {name}: {exc.message}",
+                             hint="send the manifest.json of a bundle (pt2reg bundle writes one)") from None
+    if manifest.canonical != text:
+        raise IntegrityError(f"cannot publish {name}: its manifest is not in canonical form (sorted keys, no "
+                             f"spaces): as a manifest its digest is {manifest.digest}, not {digest}",
                              hint="send the manifest's canonical JSON text unchanged")
     try:
         needed = dict(stored_blobs(manifest_json, index))  # UsageError (400): an index that does not fit

@@ -20,7 +20,7 @@ import pytest
 import urllib3
 
 from tests.cli_inprocess import run_in_process
-from tests.services_server import free_port, make_token
+from tests.services_server import free_port, make_token, manifest_text
 
 
 class _Server:
@@ -267,7 +267,7 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
     store = HttpBlobStore(HttpClient(reg_env.url, reg_env.token))
     try:
         # the server serves only blobs a version references: publish one holding the pack
-        manifest = json.dumps({"members": [{"sha256": digest[7:], "size": len(data)}], "salt": "packs"}).encode()
+        manifest = manifest_text(digest, len(data), salt="packs").encode()
         mdigest = "sha256:" + hashlib.sha256(manifest).hexdigest()
         assert store.put_bytes(data, digest) is True and store.put_bytes(manifest, mdigest) is True
         store.client.post_json("/v1/publish", {

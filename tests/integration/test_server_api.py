@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 
 from registry.config import Settings
 from registry.server import ServerLimits, create_app
+from tests.services_server import manifest_text
 
 
 def _digest(data: bytes) -> str:
@@ -46,8 +47,7 @@ class Server:
     def publish(self, token: str, name: str, payload: bytes = b"weights" * 100, **extra: Any):
         """Upload a one-member version's blobs as a client would, then publish it."""
         member = _digest(payload)
-        manifest = json.dumps({"members": [{"sha256": member[7:], "size": len(payload)}],
-                               "salt": name})
+        manifest = manifest_text(member, len(payload), salt=name)
         mdigest = _digest(manifest.encode())
         blobs = {member: payload, mdigest: manifest.encode()}
         plan = self.call("POST", "/v1/blobs/upload", token,
@@ -140,7 +140,7 @@ def test_publish_pull_flow_and_identity_from_token(server: Server, monkeypatch) 
 def test_publish_refuses_missing_or_wrong_blobs(server: Server) -> None:
     pusher = server.token("model:m:push")
     payload = b"abc" * 10
-    manifest = json.dumps({"members": [{"sha256": _digest(payload)[7:], "size": 30}]})
+    manifest = manifest_text(_digest(payload), 30)
     body = {"name": "m", "digest": _digest(manifest.encode()), "manifest_json": manifest,
             "size": 30, "blobs": [[_digest(payload), 30]]}
     missing = server.call("POST", "/v1/publish", pusher, json=body)

@@ -6,6 +6,7 @@ and the CLI's exit codes for the server's 4xx answers."""
 from __future__ import annotations
 
 import json
+
 import re
 import time
 from datetime import datetime, timedelta, timezone
@@ -15,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.integration.test_server_api import Server, _digest, _error, in_process_server
+from tests.services_server import manifest_text
 
 
 @pytest.fixture
@@ -136,7 +138,7 @@ def test_foreign_blobs_cannot_be_read_or_adopted(srv: Server):
     err = _error(srv.call("POST", "/v1/blobs/download", eve, json={"digests": [member]}))
     assert err["exit_code"] == 7 and "team/a" not in err["message"]
     # a manifest that merely names team/a's blob must not make it team2's
-    manifest = json.dumps({"members": [{"sha256": member[7:], "size": len(SECRET)}], "salt": "x"})
+    manifest = manifest_text(member, len(SECRET), salt="x")
     digest = _digest(manifest.encode())
     assert srv.call("PUT", f"/v1/blobs/{digest}", eve, content=manifest.encode()).status_code == 200
     r = srv.call("POST", "/v1/publish", eve, json={"name": "team2/x", "digest": digest,
@@ -154,7 +156,7 @@ def test_foreign_blobs_cannot_be_read_or_adopted(srv: Server):
 def test_forged_publishes_are_refused(srv: Server):
     token = srv.token("model:team/*:pull,push")
     payload = b"never uploaded"
-    manifest = json.dumps({"members": [{"sha256": _digest(payload)[7:], "size": len(payload)}]})
+    manifest = manifest_text(_digest(payload), len(payload))
     digest = _digest(manifest.encode())
     srv.call("PUT", f"/v1/blobs/{digest}", token, content=manifest.encode())
 
@@ -172,6 +174,16 @@ def test_forged_publishes_are_refused(srv: Server):
     assert r.status_code == 422 and "does not hash" in _error(r)["message"], r.text
     r = publish(manifest_json="not json", digest=_digest(b"not json"), blobs=[])
     assert r.status_code == 422 and "manifest" in _error(r)["message"], r.text
+    # text that hashes to the digest it is sent with, but no client could pull it as a version:
+    # not a manifest at all, or a manifest in another spelling than its canonical form
+    bare = json.dumps({"members": [{"sha256": _digest(payload)[7:], "size": len(payload)}]})
+    r = publish(manifest_json=bare, digest=_digest(bare.encode()), blobs=[])
+    assert r.status_code == 422 and "invalid manifest" in _error(r)["message"], r.text
+    spaced = json.dumps(json.loads(manifest), indent=1)
+    r = publish(manifest_json=spaced, digest=_digest(spaced.encode()), blobs=[])
+    err = _error(r)
+    assert r.status_code == 422 and "not in canonical form" in err["message"] and digest in err["message"], r.text
+    assert "\n" not in err["message"] and err["exit_code"] == 5
     # a size that lies about a blob the manifest names
     r = publish(blobs=[[digest, len(manifest) + 1]])
     assert r.status_code == 400, r.text

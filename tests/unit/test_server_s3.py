@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import urllib.parse
 import uuid
@@ -16,6 +15,7 @@ from starlette.testclient import TestClient
 
 from registry.config import Settings
 from registry.server import create_app
+from tests.services_server import manifest_text
 
 
 def _digest(data: bytes) -> str:
@@ -54,7 +54,7 @@ def moto_server_app(tmp_path: Path, moto_endpoint: str, monkeypatch: pytest.Monk
 
 def _version(name: str, payload: bytes) -> tuple[dict[str, bytes], dict[str, Any]]:
     member = _digest(payload)
-    manifest = json.dumps({"members": [{"sha256": member[7:], "size": len(payload)}]})
+    manifest = manifest_text(member, len(payload))
     blobs = {member: payload, _digest(manifest.encode()): manifest.encode()}
     body = {"name": name, "digest": _digest(manifest.encode()), "manifest_json": manifest,
             "size": len(payload), "blobs": [[d, len(b)] for d, b in blobs.items()], "host": "gpu"}
