@@ -28,26 +28,20 @@ from tests.services_s3 import stop_group
 
 __all__ = ["RunningServer", "registry_server", "make_token", "free_port", "manifest_text"]
 
-#: a real bundle's manifest: ``manifest_text`` makes valid manifests from it
-_TEMPLATE = Path(__file__).parent / "data" / "format1" / "mlp.pt2b"
-
 
 def manifest_text(sha256: str, size: int, salt: str = "") -> str:
-    """The canonical JSON text of a valid manifest (the format1 test bundle's program, its
-    samples dropped) whose one member, the program, is the blob ``sha256`` (``sha256:<hex>``)
-    of ``size`` bytes: what a publish through the HTTP API must send. ``salt`` goes into its
-    metadata, so that two calls name two versions."""
-    import json
-    import zipfile
-
-    from registry.constants import BUNDLE_FORMAT
+    """The canonical JSON text of a valid manifest (``tests.unit.test_manifest.minimal``) whose
+    one member, the program, is the blob ``sha256`` (``sha256:<hex>``) of ``size`` bytes: what
+    a publish through the HTTP API must send. ``salt`` goes into its metadata, so that two
+    calls name two versions."""
     from registry.format.manifest import Manifest
+    from tests.unit.test_manifest import minimal
 
-    with zipfile.ZipFile(_TEMPLATE) as z:
-        raw = json.loads(z.read("manifest.json"))
-    raw.update(format=BUNDLE_FORMAT, samples=[], metadata={"salt": salt},
-               members=[{"path": "programs/mlp.pt2", "role": "program", "sha256": sha256[7:], "size": size}])
+    raw = minimal()
+    raw["members"][0].update(sha256=sha256[7:], size=size)
+    raw["metadata"] = {"salt": salt}
     return Manifest.from_raw(raw).canonical.decode("utf-8")
+
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT = 60.0
