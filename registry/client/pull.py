@@ -5,6 +5,7 @@ public entry points; this module holds their bodies.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from ..format.packs import PackIndex
 from ..refs import Ref
 from ..sources import BlobCache, MaterializedBundle, PinnedManifest
 from .ports import BlobStore, MetadataStore
-from .transfer import fetch_members, fetch_members_deferred
+from .transfer import IndexSource, fetch_members, fetch_members_deferred
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
@@ -77,9 +78,12 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
     src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
                                            name=version.name, version=version.number))
-    index = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}")
+    # parsed when a member needs it, its large chunks already under way (``transfer.assemble_member``)
+    index = functools.cache(functools.partial(PackIndex.from_stored, version.packs_json,
+                                              f"{version.name}@{version.number}"))
     src = _fetch_members_of(src, index, blobs, cache, progress=progress, defer_weights=defer_weights,
                             in_place=in_place)
+    index()   # read by now unless every member was cached: a stored index that is not valid fails it all the same
     cache.remember_signatures(version.digest, sigs)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
     cache.remember_packs(version.digest, version.packs_json, blobs.url)
@@ -98,7 +102,7 @@ def fetch_pinned(pin: PinnedManifest, ref: Ref, blobs: BlobStore, cache: BlobCac
                              in_place=in_place)
 
 
-def _fetch_members_of(src: MaterializedBundle, index: PackIndex, blobs: BlobStore,
+def _fetch_members_of(src: MaterializedBundle, index: IndexSource, blobs: BlobStore,
                       cache: BlobCache, *,
                       progress: ProgressFn | None, defer_weights: bool,
                       in_place: Callable[[MaterializedBundle], bool] | None) -> MaterializedBundle:

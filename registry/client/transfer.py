@@ -14,7 +14,10 @@ Chunks under ``PACK_BELOW`` bytes (tiny tensors, zip headers) are the exception:
 the ones the store lacks concatenated in pack blobs (``plan_upload``: a chunk some version
 already stored in a pack is reused from there), records the version's pack index, and a pull
 reads them back with ranged reads of the packs (``blobs.packed``), each chunk verified against
-its own digest all the same.
+its own digest all the same. A chunk of ``PACK_BELOW`` bytes or more is never in a pack, so a
+pull starts those before it has read the version's pack index (``IndexSource``): for a program
+of 10,000 tensors, reading the index and planning the pack reads is 15 ms of one core that the
+large chunks' copy and hash now use the other cores through.
 
 A cold ``registry.load`` overlaps the two halves of its work (``fetch_members_deferred``): a
 program member's chunks that hold nothing but raw weight bytes are fetched in the background
@@ -47,15 +50,28 @@ from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
 from ..format.packs import PACK_BELOW, PACK_BYTES, Pack, PackEntry, PackIndex
 from ..format.zipsafe import canonical_data_spans
-from ..parallel import BATCH_BYTES, WORKERS, group_consecutive, preallocate, run_parallel, split_where
+from ..parallel import BATCH_BYTES, WORKERS, Background, group_consecutive, preallocate, run_parallel, split_where
 from ..sources import BlobCache
 from .ports import MetadataStore
 
 __all__ = ["UploadPlan", "plan_upload", "upload_plan", "bundle_parts", "assemble_member", "fetch_members",
-           "fetch_members_deferred", "DeferredMembers", "member_parts", "member_reads", "fetch_parts"]
+           "fetch_members_deferred", "DeferredMembers", "member_parts", "member_reads", "fetch_parts",
+           "IndexSource", "index_of"]
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
 AnyPart = Union[Part, PackedPart]
+
+#: where a pull learns which chunks are in packs: the version's pack index, or a function that
+#: reads it (called once, when it is needed: after the chunks that cannot be in a pack are under
+#: way; ``fetch_version`` passes the parse of the stored index, cached), or None (no packs)
+IndexSource = Union[PackIndex, Callable[[], PackIndex], None]
+
+
+def index_of(index: IndexSource) -> PackIndex:
+    """The pack index ``index`` is or reads (empty for None)."""
+    if index is None:
+        return PackIndex()
+    return index if isinstance(index, PackIndex) else index()
 
 
 @dataclass(frozen=True)
@@ -341,28 +357,43 @@ def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress
 
 
 def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
-                    progress: ProgressFn | None, index: PackIndex | None = None) -> None:
+                    progress: ProgressFn | None, index: IndexSource = None) -> None:
     """Rebuild a chunked member at ``dest`` (atomically) from its chunk blobs and the packs
     ``index`` places chunks in (``member_reads``), fetched several at once into their places,
     each verified; nothing is left behind on failure. Not fsynced: a cache file (see
-    ``BlobCache``: re-hashed after a reboot). The packed chunks first, then the others, as
-    ``fetch_parts`` does."""
-    packed, own = member_reads(member, index or PackIndex())
+    ``BlobCache``: re-hashed after a reboot).
+
+    The chunks of ``PACK_BELOW`` bytes or more (never in a pack) go first, on a thread of their
+    own, while ``index`` is read and the pack runs are planned on this one; then the packed
+    chunks, then the small ones stored on their own (the two one after the other, as
+    ``fetch_parts`` does). The 10,000-tensor program from a local store, medians of 11 pulls
+    interleaved with the former order (index first): 186 -> 172, 194 -> 177 and 186 -> 176 ms;
+    against SeaweedFS, and for the 2 GiB program, the same within the noise."""
+    progress = locked_progress(progress)
     with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
-        preallocate(out.fileno(), member.size)
-        if packed:
-            read_runs(blobs, out.fileno(), packed, progress=progress)
-        if own:
-            blobs.get_parts(out.fileno(), own, progress=progress)
+        fd = out.fileno()
+        preallocate(fd, member.size)
+        large = [Part("sha256:" + sha, at, size) for sha, at, size in member.chunk_spans() if size >= PACK_BELOW]
+        with Background(lambda report: blobs.get_parts(fd, large, progress=report) if large else None,
+                        progress) as job:
+            packed, own = member_reads(member, index_of(index))
+            own = [p for p in own if p.size < PACK_BELOW]   # the others are under way
+            job.check()
+            if packed:
+                read_runs(blobs, fd, packed, progress=progress)
+                job.check()
+            if own:
+                blobs.get_parts(fd, own, progress=progress)
+        job.result()
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,
-                  skip: Collection[str] = (), index: PackIndex | None = None) -> dict[str, Path]:
+                  skip: Collection[str] = (), index: IndexSource = None) -> dict[str, Path]:
     """Every member of ``manifest`` as a verified file in ``cache`` (fetched from ``blobs``
     unless already cached intact), and the manifest itself cached; ``{member path: file}``.
     ``skip``: member paths left out (being fetched by the caller); ``index``: the version's
-    pack index (where its small chunks are stored)."""
+    pack index (where its small chunks are stored), or how to read it when it is needed."""
     files = {}
     for m in manifest.members:
         if m.path in skip:
@@ -651,7 +682,7 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
 
 
 def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None,
-                           index: PackIndex | None = None, *, in_place: bool = True
+                           index: IndexSource = None, *, in_place: bool = True
                            ) -> tuple[dict[str, Path], DeferredMembers | None]:
     """``fetch_members`` for a load that overlaps the fetch of the weights with deserializing.
 
@@ -660,6 +691,7 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
     constant bytes (headers, JSON, small tensors) -- the files returned hold these verified --
     and the rest in the background (``DeferredMembers``; None when nothing was left)."""
     progress = locked_progress(progress)
+    index = index_of(index)
     fetches: list[_MemberFetch] = []
     unverified: dict[str, frozenset[str]] = {}
     files: dict[str, Path] = {}

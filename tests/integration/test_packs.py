@@ -116,6 +116,35 @@ def test_a_damaged_pack_is_caught_on_pull_and_leaves_nothing(reg_env, tiny, tmp_
     assert not cached, cached
 
 
+@pytest.mark.parametrize("altered", ["not an index", '{"packs": [{"digest": "sha256:00", "size": 1, "chunks": []}]}'])
+def test_a_pack_index_altered_in_the_database_fails_the_pull_and_leaves_nothing(reg_env, tiny, tmp_path, altered):
+    """A pull reads the stored pack index while the large chunks already come (never in a
+    pack): an index that is not valid still fails it (exit 5, one line), with nothing cached
+    and no bundle written; and so does a pull that finds every member cached."""
+    from sqlalchemy import text
+
+    from registry.store.engine import WRITE_OPTION, make_engine
+
+    _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
+    cached_home = tmp_path / "cached"
+    _ok(reg_env.cli("pull", "tiny@1", "-o", tmp_path / "first.pt2b", "--json", home=cached_home))
+    engine = make_engine(reg_env.db)
+    try:
+        with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+            assert conn.execute(text("UPDATE version_packs SET packs_json = :t"), {"t": altered}).rowcount == 1
+    finally:
+        engine.dispose()
+    for home in (tmp_path / "client", cached_home):
+        out = tmp_path / f"{home.name}.pt2b"
+        r = reg_env.cli("pull", "tiny@1", "-o", out, home=home)
+        assert r.returncode == 5, r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1 and "tiny@1: its stored pack index is invalid" in lines[0], r.stderr
+        assert not out.exists()
+    cached = [p for p in (tmp_path / "client" / "cache").rglob("*") if p.is_file() and "members" in p.parts]
+    assert not cached, cached
+
+
 def test_gc_keeps_every_pack_a_version_reads(reg_env, tiny, tmp_path):
     _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
     _ok(reg_env.cli("push", tiny["ft"], "--name", "tiny", "--json"))

@@ -233,6 +233,54 @@ def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     assert dest.read_bytes() == body
 
 
+def _watch_get_parts(store):
+    """``store.get_parts`` noting the sizes of each call's parts, and an event set at the first."""
+    calls, started, real = [], threading.Event(), store.get_parts
+
+    def get_parts(fd, parts, **kwargs):
+        calls.append(sorted(p.size for p in parts))
+        started.set()
+        return real(fd, parts, **kwargs)
+    store.get_parts = get_parts
+    return calls, started
+
+
+def test_a_pull_reads_the_pack_index_while_the_large_chunks_come(tmp_path):
+    """The chunks of ``PACK_BELOW`` bytes or more (never in a pack) are under way before the
+    pack index is read: a pull of a 10,000-tensor program parses its index and plans the pack
+    reads on one core while they copy on the others (``assemble_member`` with a function)."""
+    store = LocalBlobStore(tmp_path / "store")
+    bundle, member, body = _chunked(tmp_path)
+    upload_bundle(bundle, store, None)
+    index = pack_index(bundle, store)
+    calls, started = _watch_get_parts(store)
+
+    def read_index():
+        assert started.wait(5), "the pack index was read before the large chunks were started"
+        return index
+    seen = []
+    dest = tmp_path / "cache" / "m.pt2"
+    assemble_member(member, store, dest, seen.append, read_index)
+    assert dest.read_bytes() == body
+    assert sum(seen) == len(body)
+    assert calls == [[70_000, 900_000, 1_000_000]]   # the large ones, each once; the small one from its pack
+
+
+def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_path):
+    store = LocalBlobStore(tmp_path / "store")
+    bundle, member, _body = _chunked(tmp_path)
+    upload_bundle(bundle, store, None)
+    _calls, started = _watch_get_parts(store)
+
+    def read_index():
+        started.wait(5)
+        raise IntegrityError("m@1: its stored pack index is invalid (not JSON)")
+    dest = tmp_path / "cache" / "m.pt2"
+    with pytest.raises(IntegrityError, match="stored pack index is invalid"):
+        assemble_member(member, store, dest, None, read_index)
+    assert not dest.exists() and not list(dest.parent.iterdir())
+
+
 def test_push_refuses_a_damaged_file_chunk_by_chunk(tmp_path):
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
