@@ -16,8 +16,8 @@ already stored in a pack is reused from there), records the version's pack index
 reads them back with ranged reads of the packs (``blobs.packed``), each chunk verified against
 its own digest all the same. A chunk of ``PACK_BELOW`` bytes or more is never in a pack, so a
 pull starts those before it has read the version's pack index (``IndexSource``): for a program
-of 10,000 tensors, reading the index and planning the pack reads is 15 ms of one core that the
-large chunks' copy and hash now use the other cores through.
+of 10,000 tensors, reading the index and planning the pack reads take 15 ms on one core, and
+the large chunks are copied and hashed on the other meanwhile.
 
 A cold ``registry.load`` overlaps the two halves of its work (``fetch_members_deferred``): a
 program member's chunks that hold nothing but raw weight bytes are fetched in the background
@@ -62,8 +62,9 @@ __all__ = ["UploadPlan", "plan_upload", "upload_plan", "bundle_parts", "assemble
 AnyPart = Union[Part, PackedPart]
 
 #: where a pull learns which chunks are in packs: the version's pack index, or a function that
-#: reads it (called once, when it is needed: after the chunks that cannot be in a pack are under
-#: way; ``fetch_version`` passes the parse of the stored index, cached), or None (no packs)
+#: reads it, called when it is needed (after the chunks that cannot be in a pack are under way),
+#: once per chunked member: ``fetch_version`` passes the parse of the stored index, cached; or
+#: None (no packs)
 IndexSource = Union[PackIndex, Callable[[], PackIndex], None]
 
 
@@ -340,7 +341,8 @@ def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress
     """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
     reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
     ``parts[i]`` is complete. (The two one after the other: at once, they took as long on two
-    cores, locally and against SeaweedFS, measured.)"""
+    cores, locally and against SeaweedFS, measured. ``assemble_member`` starts the large chunks
+    earlier, while the pack index is read: a window in which only one core has work.)"""
     packed: list[int] = []
     own: list[int] = []
     for i, p in enumerate(parts):
@@ -375,17 +377,27 @@ def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
         fd = out.fileno()
         preallocate(fd, member.size)
         large = [Part("sha256:" + sha, at, size) for sha, at, size in member.chunk_spans() if size >= PACK_BELOW]
-        with Background(lambda report: blobs.get_parts(fd, large, progress=report) if large else None,
-                        progress) as job:
-            packed, own = member_reads(member, index_of(index))
-            own = [p for p in own if p.size < PACK_BELOW]   # the others are under way
-            job.check()
-            if packed:
-                read_runs(blobs, fd, packed, progress=progress)
-                job.check()
-            if own:
-                blobs.get_parts(fd, own, progress=progress)
-        job.result()
+        if large:
+            with Background(lambda report: blobs.get_parts(fd, large, progress=report), progress) as job:
+                _fetch_small(member, blobs, fd, progress, index, job)
+            job.result()
+        else:
+            _fetch_small(member, blobs, fd, progress, index, None)
+
+
+def _fetch_small(member: Member, blobs: BlobStore, fd: int, progress: ProgressFn | None, index: IndexSource,
+                 job: Background | None) -> None:
+    """``assemble_member``'s chunks under ``PACK_BELOW`` bytes into ``fd``: those in packs, then
+    the others; ``job`` (fetching the large ones) checked between the two."""
+    check = job.check if job is not None else (lambda: None)
+    packed, own = member_reads(member, index_of(index))
+    own = [p for p in own if p.size < PACK_BELOW]   # the large ones are the job's
+    check()
+    if packed:
+        read_runs(blobs, fd, packed, progress=progress)
+        check()
+    if own:
+        blobs.get_parts(fd, own, progress=progress)
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,

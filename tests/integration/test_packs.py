@@ -119,8 +119,8 @@ def test_a_damaged_pack_is_caught_on_pull_and_leaves_nothing(reg_env, tiny, tmp_
 @pytest.mark.parametrize("altered", ["not an index", '{"packs": [{"digest": "sha256:00", "size": 1, "chunks": []}]}'])
 def test_a_pack_index_altered_in_the_database_fails_the_pull_and_leaves_nothing(reg_env, tiny, tmp_path, altered):
     """A pull reads the stored pack index while the large chunks already come (never in a
-    pack): an index that is not valid still fails it (exit 5, one line), with nothing cached
-    and no bundle written; and so does a pull that finds every member cached."""
+    pack): an index that is not valid still fails it (exit 5, one line), with no chunked member
+    cached and no bundle written; and so does a pull that finds every member cached."""
     from sqlalchemy import text
 
     from registry.store.engine import WRITE_OPTION, make_engine

@@ -267,13 +267,14 @@ def test_a_pull_reads_the_pack_index_while_the_large_chunks_come(tmp_path):
 
 
 def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_path):
+    """Its error stops the large chunks already under way; the temp file is removed after them."""
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
     upload_bundle(bundle, store, None)
     _calls, started = _watch_get_parts(store)
 
     def read_index():
-        started.wait(5)
+        assert started.wait(5)
         raise IntegrityError("m@1: its stored pack index is invalid (not JSON)")
     dest = tmp_path / "cache" / "m.pt2"
     with pytest.raises(IntegrityError, match="stored pack index is invalid"):
