@@ -1,12 +1,14 @@
 """pt2-registry: a registry and packaging format for PyTorch ``torch.export`` programs.
 
-    >>> from registry import Registry, Target, bundle_exported_programs, load, open_source, verify_bundle
-    >>> bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds})
-    >>> with Registry() as reg:
-    ...     reg.push("m.pt2b", "team/encoder", aliases=["staging"], datasets=["s3://corpora/wmt"])
-    ...     src = open_source("team/encoder@staging", registry=reg)   # a file or a ref, verified
-    >>> verify_bundle(src, target=Target.load("box.json")).raise_for_status()   # what `pt2reg verify` does
-    >>> model = load("team/encoder@staging", device="cuda:0"); model["encoder"](tokens)
+Bundle an ExportedProgram ``ep``, push it, verify it and load it::
+
+    from registry import Registry, Target, bundle_exported_programs, load, open_source, verify_bundle
+    bundle_exported_programs("m.pt2b", {"encoder": ep}, dynamic_shapes={"encoder": ds})
+    with Registry() as reg:
+        reg.push("m.pt2b", "team/encoder", aliases=["staging"], datasets=["s3://corpora/wmt"])
+        src = open_source("team/encoder@staging", registry=reg)   # a file or a ref, verified
+    verify_bundle(src, target=Target.load("box.json")).raise_for_status()   # what `pt2reg verify` does
+    model = load("team/encoder@staging", device="cuda:0"); model["encoder"](tokens)
 
 Importing this package does not import torch, SQLAlchemy or boto3.
 """

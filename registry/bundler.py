@@ -2,11 +2,11 @@
 
 Facts come from the serialized graph (``registry.pt2``), never from deserializing the program,
 so a program whose custom op is not registered here still bundles. Only golden samples need the
-program to run, and therefore its ops registered (``--import``).
+program to run, and therefore its ops registered (``--import``). For example::
 
-    >>> result = build_bundle("out.pt2b", [ProgramInput("encoder", "enc.pt2")],
-    ...                       metadata={"owner": "nlp"})                      # doctest: +SKIP
-    >>> result.digest, result.warnings
+    result = build_bundle("out.pt2b", [ProgramInput("encoder", "enc.pt2")],
+                          metadata={"owner": "nlp"})
+    result.digest, result.warnings
 """
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ matches its stamp is used as is (one ``stat``, no re-hash: warm loads stay at
 ``chmod`` moves ctime, which no user call can set back), is re-hashed before use, and evicted
 when it no longer matches its digest, so it is fetched again instead of being loaded. Beside
 the blobs, ``cache/signatures/<hex>.json`` and ``cache/names/<hex>.json`` keep what the
-database said about a digest, so a cached pin can be served with its signatures.
+database said about a digest, so a cached pin can be served with its signatures. For example::
 
-    >>> with Registry() as reg:                                     # doctest: +SKIP
-    ...     src = open_source("team/bert@prod", registry=reg)     # or "model.pt2b"
-    >>> src.member_file("programs/encoder.pt2")
+    with Registry() as reg:
+        src = open_source("team/bert@prod", registry=reg)     # or "model.pt2b"
+    src.member_file("programs/encoder.pt2")
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ is a :class:`~registry.errors.PolicyError` (exit 7) naming the rule and the vers
     >>> p = AliasPolicy("team/m", "prod", attestations=("cpu-ci",))
     >>> check_move(p, number=4, current=3, identity=None, signers=set(), attested={})
     Traceback (most recent call last):
-    PolicyError: alias prod of team/m needs an attestation for 'cpu-ci'; version 4 has none
+    registry.errors.PolicyError: alias prod of team/m needs an attestation for 'cpu-ci'; version 4 has none (run ...)
 
 An attestation's signature covers :func:`attestation_digest` of its statement (the version
 digest, label, verdict, device, target and results), signed with the bundle signing helpers

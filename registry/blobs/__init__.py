@@ -1,8 +1,8 @@
-"""Content-addressed blob storage: a local directory or S3, behind one small interface.
+"""Content-addressed blob storage: a local directory or S3, behind one small interface::
 
-    >>> from registry.blobs import open_blob_store
-    >>> store = open_blob_store("file:///srv/pt2reg")          # or "s3://bucket/prefix"
-    >>> store.get_file("sha256:" + "ab" * 32, "model.pt2")      # verified, atomic
+    from registry.blobs import open_blob_store
+    store = open_blob_store("file:///srv/pt2reg")          # or "s3://bucket/prefix"
+    store.get_file("sha256:" + "ab" * 32, "model.pt2")      # verified, atomic
 
 The factory lives here, in the package face: ``base.py`` holds the interface and the helpers
 every backend shares and imports no implementation. Importing this package does not import

@@ -15,10 +15,10 @@ and every later open of it (to hash it, to map it) must find the very file first
 device, inode, size, mtime and ctime (any write or ``chmod`` moves ctime, which no user call
 can set back). Only this user (or root) could then have changed it, and this user trusts their
 own files as they trust their cache. Anything else (another user's shared store, a file
-replaced meanwhile) is copied and verified on the way, as before.
+replaced meanwhile) is copied and verified on the way, as before. For example::
 
-    >>> found = in_place_file("/srv/store/blobs/sha256/ab/ab12...", size=4096)  # doctest: +SKIP
-    >>> fd = open_in_place(found.path, found.identity)   # OSError if it is not that file now
+    found = in_place_file("/srv/store/blobs/sha256/ab/ab12...", size=4096)
+    fd = open_in_place(found.path, found.identity)   # OSError if it is not that file now
 """
 from __future__ import annotations
 

@@ -5,8 +5,10 @@ Layout under the root directory::
     blobs/sha256/ab/abcdef...   one read-only file per blob, named by its sha256
     tmp/                        uploads in progress (same filesystem, so the final rename is atomic)
 
-    >>> store = LocalBlobStore("/srv/pt2reg")
-    >>> store.put_file("model.pt2", "sha256:" + "ab" * 32)   # IntegrityError unless it hashes so
+For example::
+
+    store = LocalBlobStore("/srv/pt2reg")
+    store.put_file("model.pt2", "sha256:" + "ab" * 32)   # IntegrityError unless it hashes so
 """
 from __future__ import annotations
 

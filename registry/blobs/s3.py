@@ -2,10 +2,10 @@
 
 The endpoint and credentials come from the standard AWS configuration (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...), which boto3 reads natively. Blobs live at
-``<prefix>/blobs/sha256/ab/abcdef...``; the store never writes anything else.
+``<prefix>/blobs/sha256/ab/abcdef...``; the store never writes anything else. For example::
 
-    >>> store = S3BlobStore("s3://models/team-a")
-    >>> store.get_file("sha256:" + "ab" * 32, "/tmp/model.pt2")   # verified, atomic
+    store = S3BlobStore("s3://models/team-a")
+    store.get_file("sha256:" + "ab" * 32, "/tmp/model.pt2")   # verified, atomic
 
 Transfers go through s3transfer (the engine behind boto3's ``upload_fileobj``), fed with
 unseekable adapters so every byte passes our hash exactly once and in order:

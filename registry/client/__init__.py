@@ -1,8 +1,8 @@
-"""The client: publish, resolve, pull, lifecycle and gc over a metadata store and a blob store.
+"""The client: publish, resolve, pull, lifecycle and gc over a metadata store and a blob store::
 
-    >>> from registry.client import Registry
-    >>> with Registry() as reg:
-    ...     reg.push("model.pt2b", "team/encoder", aliases=["staging"], parents=["team/base@3"])
+    from registry.client import Registry
+    with Registry() as reg:
+        reg.push("model.pt2b", "team/encoder", aliases=["staging"], parents=["team/base@3"])
 
 ``api`` is the ``Registry`` facade; ``push``, ``pull`` and ``gc`` hold the push protocol, the
 fetch of a version and the gc policy; ``provenance`` the lineage and environment recorded with

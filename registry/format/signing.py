@@ -6,8 +6,10 @@ used here cannot be tricked into signing something else). A signature record is:
     {"algorithm": "ed25519", "key_id": "sha256:<hex of the raw public key>",
      "digest": "sha256:<bundle digest>", "signature": "<base64>"}
 
-    >>> generate_keypair("ci")                    # writes ci.key (0600) and ci.pub  # doctest: +SKIP
-    >>> sig = sign_digest("ci.key", "sha256:ab...")
+For example::
+
+    generate_keypair("ci")                    # writes ci.key (0600) and ci.pub
+    sig = sign_digest("ci.key", "sha256:ab...")
 """
 from __future__ import annotations
 

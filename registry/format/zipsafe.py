@@ -4,10 +4,10 @@ Every check is decided from the central directory and local headers, in bounded 
 any member is read: member count, names (no absolute paths, no ``..``, no backslashes, no
 duplicates), no symlinks or directories posing as files, stored (uncompressed) members only,
 and data ranges that lie inside the file and do not overlap. A stored member cannot inflate, so
-a zip bomb is refused by the compression check alone.
+a zip bomb is refused by the compression check alone. For example::
 
-    >>> entries = read_entries("model.pt2")          # doctest: +SKIP
-    >>> entries["archive/models/model.json"].data_offset
+    entries = read_entries("model.pt2")
+    entries["archive/models/model.json"].data_offset
 """
 from __future__ import annotations
 

@@ -7,11 +7,10 @@ with ``Registry.record_attestation`` (signed with ``--sign KEY``). The run reuse
 sample comparison. Anything that goes wrong after the bundle is on this machine (not
 compatible, pickled members, a load failure, a sample outside tolerance, no samples at all) is
 a *failed* attestation, recorded like a passed one; a failed attestation never satisfies a
-policy.
+policy. For example (``reg`` an open ``Registry``)::
 
-    >>> run = run_attestation(reg, "team/m@4", device="cuda:0")        # doctest: +SKIP
-    >>> run.passed, run.target["compute_capability"]
-    (True, [9, 0])
+    run = run_attestation(reg, "team/m@4", device="cuda:0")
+    run.passed, run.target["compute_capability"]   # -> (True, [9, 0])
 """
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ wrong, why it matters and how to fix it. ``check`` chooses one variant per progr
 (``choose_variants``), hands the choice to the rules that depend on it, and reports everything at
 once::
 
-    >>> report = check(manifest, Target.load("box.json"), "cuda:0")      # doctest: +SKIP
-    >>> report.compatible, report.choices["decoder"]
-    (True, ('portable', 'portable program: no AOTInductor variant matches ...'))
+    report = check(manifest, Target.load("box.json"), "cuda:0")
+    report.compatible, report.choices["decoder"]
+    # -> (True, ('portable', 'portable program: no AOTInductor variant matches ...'))
 
 Variant choice: an AOTInductor variant whose target matches exactly (device key, compute
 capability, platform, machine, and a CPU ISA the target supports) wins, since it is the

@@ -1,8 +1,8 @@
-"""Verify, then trust: load a bundle's programs onto a device and call them by name.
+"""Verify, then trust: load a bundle's programs onto a device and call them by name::
 
-    >>> bundle = load_bundle(materialize_file("model.pt2b", cache_dir), device="cpu")  # doctest: +SKIP
-    >>> logits = bundle["decoder"](hidden, targets)
-    >>> [r.ok for r in bundle.run_samples()]
+    bundle = load_bundle(materialize_file("model.pt2b", cache_dir), device="cpu")
+    logits = bundle["decoder"](hidden, targets)
+    [r.ok for r in bundle.run_samples()]
 
 Order of operations: compatibility check against the target (``registry.runtime.compat``; nothing is
 deserialized when it fails) -> pickle scan of the chosen members (refused unless
@@ -332,10 +332,10 @@ def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target:
 
     AOTInductor variants are considered only when ``trust_native`` or a trusted key signed the
     bundle (``src.trusted_signers``); otherwise an ``info`` ``native-code`` finding says which
-    variant was passed over (an ``error`` when a program has nothing else).
+    variant was passed over (an ``error`` when a program has nothing else). For example::
 
-    >>> report = verify_bundle(src, target=Target.load("box.json"))      # doctest: +SKIP
-    >>> report.compatible, [f.message for f in report.findings]
+        report = verify_bundle(src, target=Target.load("box.json"))
+        report.compatible, [f.message for f in report.findings]
     """
     target = _resolve_target(src, device, target)
     report = check(src.manifest, target, device, allow_native=native_allowed(src, trust_native))
@@ -491,10 +491,10 @@ def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
     The trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``) and ``require_signature`` are
     enforced before anything is deserialized (SignatureError, exit 5). AOTInductor variants are
     used only when a trusted key signed the bundle or ``trust_native=True``. ``map_weights``:
-    see ``load_bundle``.
+    see ``load_bundle``. For example::
 
-    >>> bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])  # doctest: +SKIP
-    >>> bundle["decoder"](hidden, targets)
+        bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])
+        bundle["decoder"](hidden, targets)
     """
     from ..client import Registry
     from ..sources import open_source

@@ -1,8 +1,7 @@
-"""Read the live machine into a ``Target``.
+"""Read the live machine into a ``Target``::
 
-    >>> t = probe("cuda:0", imports=["mylib.ops"])           # doctest: +SKIP
-    >>> t.device_type, t.compute_capability, "mylib::myop" in t.custom_ops
-    ('cuda', (9, 0), True)
+    t = probe("cuda:0", imports=["mylib.ops"])
+    t.device_type, t.compute_capability, "mylib::myop" in t.custom_ops   # -> ('cuda', (9, 0), True)
 
 Op libraries and modules given here are loaded first, so the target lists the custom ops they
 register (that is how ``--import`` makes a bundle with custom ops verify).

@@ -1,7 +1,7 @@
-"""The registry server's ASGI app: the wire protocol over the SQL store and the blob store.
+"""The registry server's ASGI app: the wire protocol over the SQL store and the blob store::
 
-    >>> app = create_app(Settings.resolve(db="postgresql://reg@db/registry", store="s3://models"))
-    >>> # uvicorn registry.server.app:create_app_from_env --factory   (PT2REG_DB, PT2REG_STORE)
+    app = create_app(Settings.resolve(db="postgresql://reg@db/registry", store="s3://models"))
+    # uvicorn registry.server.app:create_app_from_env --factory   (PT2REG_DB, PT2REG_STORE)
 
 The app is stateless beyond its connections: every replica over one database and one store
 serves the same registry. Startup checks the schema is at head (``DatabaseOutdatedError``

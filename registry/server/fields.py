@@ -4,7 +4,7 @@
     'bert'
     >>> number({"number": "7"}, "number")
     Traceback (most recent call last):
-    UsageError: field 'number' must be an integer, not str
+    registry.errors.UsageError: field 'number' must be an integer, not str
 """
 from __future__ import annotations
 

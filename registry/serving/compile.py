@@ -6,9 +6,10 @@ packages as variants to a copy of the version's bundle (``registry.bundler.add_v
 original programs, variants, samples and metadata are kept), load that bundle on the device
 choosing the new variants and run every golden sample; only if all pass is it published, with
 ``--parent`` = the source version and ``compiled.<variant>`` metadata (torch, target, options).
+For example (``registry`` an open ``Registry``)::
 
-    >>> result = compile_version(registry, "team/m@3", device="cpu")      # doctest: +SKIP
-    >>> result.ref, result.uploaded_bytes
+    result = compile_version(registry, "team/m@3", device="cpu")
+    result.ref, result.uploaded_bytes
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The metadata store: SQL rows behind a small API that returns frozen records.
 
-    >>> store = open_metadata_store("sqlite:////tmp/reg/registry.db", auto_create=True)
+    >>> store = open_metadata_store("sqlite://", auto_create=True)   # in memory; a file: sqlite:////srv/reg.db
     >>> store.list_models()
     []
+    >>> store.close()
 """
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
     """A store for ``url`` whose schema is checked (and created when fresh and ``auto_create``).
 
     Raises DatabaseOutdatedError when the database is behind this software (run
-    ``pt2reg db upgrade``) and StoreError when it is ahead or unreachable.
+    ``pt2reg db upgrade``) and StoreError when it is ahead or unreachable. For example, on a
+    database without the registry's tables::
 
-        >>> open_metadata_store("postgresql://reg@db/registry", auto_create=False)
-        Traceback (most recent call last):
-        DatabaseOutdatedError: the database ... has no registry schema yet
+        open_metadata_store("postgresql://reg@db/registry", auto_create=False)
+        # raises DatabaseOutdatedError: the database ... has no registry schema yet
     """
     engine, release = kept_engine(url, lambda e: ensure_schema(e, auto_create=auto_create))  # shared in-process
     return SqlMetadataStore(engine, on_close=release)

@@ -10,11 +10,11 @@ repository's top-level ``migrations/``), so ``pt2reg db upgrade`` works after a 
 
 Concurrent processes opening one fresh database are safe: the check and the upgrade run in one
 transaction holding a lock (SQLite ``BEGIN IMMEDIATE``; PostgreSQL an advisory lock).
+For example::
 
-    >>> engine = make_engine("sqlite:////tmp/reg/registry.db")
-    >>> ensure_schema(engine, auto_create=True)
-    >>> current_revision(engine) == head_revision()
-    True
+    engine = make_engine("sqlite:////tmp/reg/registry.db")
+    ensure_schema(engine, auto_create=True)
+    current_revision(engine) == head_revision()   # -> True
 """
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def _fast_revision(engine: Engine) -> Any:
 def current_revision(engine: Engine) -> str | None:
     """The database's schema revision, None for a database without one (fresh).
 
+        >>> from registry.store import make_engine
         >>> current_revision(make_engine("sqlite://")) is None
         True
     """
@@ -177,8 +178,9 @@ def _migrate(engine: Engine, *, only_if_fresh: bool) -> tuple[str | None, str]:
 def upgrade(engine: Engine) -> tuple[str | None, str]:
     """Migrate the database to head (``pt2reg db upgrade``); returns (before, after) revisions.
 
-        >>> upgrade(make_engine("sqlite:////tmp/reg/registry.db"))
-        (None, '0003_tokens')
+    For example, on a fresh database::
+
+        upgrade(make_engine("sqlite:////tmp/reg/registry.db"))   # -> (None, '0006_packs'), head today
     """
     return _migrate(engine, only_if_fresh=False)
 
@@ -187,9 +189,9 @@ def ensure_schema(engine: Engine, *, auto_create: bool) -> None:
     """Check the database is at head before use; create a fresh one when ``auto_create``.
 
     Raises DatabaseOutdatedError (behind head, or fresh and not ``auto_create``) or StoreError
-    (unknown revision: the database is newer than this software).
+    (unknown revision: the database is newer than this software). For example::
 
-        >>> ensure_schema(make_engine("sqlite:////tmp/reg/registry.db"), auto_create=True)
+        ensure_schema(make_engine("sqlite:////tmp/reg/registry.db"), auto_create=True)
     """
     if _fast_revision(engine) == HEAD_REVISION:
         return

@@ -14,11 +14,12 @@ How concurrent writers stay correct:
   order is fixed and writers cannot deadlock;
 - anything that still loses a race is retried as a whole (:func:`run_transaction`).
 
-    >>> store = SqlMetadataStore(make_engine("sqlite:////tmp/reg/registry.db"))
-    >>> version, created = store.publish("bert", digest, manifest, 1234, [(blob, 1234)],
-    ...                                  aliases=["prod"], actor="ana", host="gpu-1")
-    >>> store.resolve(Ref.parse("bert@prod")).number
-    1
+For example::
+
+    store = SqlMetadataStore(make_engine("sqlite:////tmp/reg/registry.db"))
+    version, created = store.publish("bert", digest, manifest, 1234, [(blob, 1234)],
+                                     aliases=["prod"], actor="ana", host="gpu-1")
+    store.resolve(Ref.parse("bert@prod")).number   # -> 1
 """
 from __future__ import annotations
 
@@ -192,12 +193,13 @@ class SqlMetadataStore:
         against the packs' bytes before calling this. ``packs``: the same, parsed already (a
         push in this process: its 10,000 entries are not written out and read back).
 
-            >>> v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
-            ...                            [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
-            ...                            lineage=[LineageEdge("run", "run-42")],
-            ...                            actor="ana", host="gpu-1")
-            >>> (v.ref, created)
-            ('bert@1', True)
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            v, created = store.publish("bert", "sha256:" + "ab" * 32, "{}", 10,
+                                       [("sha256:" + "cd" * 32, 10)], aliases=["prod"],
+                                       lineage=[LineageEdge("run", "run-42")],
+                                       actor="ana", host="gpu-1")
+            (v.ref, created)   # -> ('bert@1', True)
         """
         validate_name(name)
         validate_digest(digest)
@@ -259,11 +261,10 @@ class SqlMetadataStore:
     def resolve(self, ref: Ref | str) -> VersionRecord:
         """The version a ref names: latest non-yanked, number, alias or digest.
 
-            >>> store.resolve(Ref.parse("bert@2")).digest
-            'sha256:...'
-            >>> store.resolve("bert@7")
-            Traceback (most recent call last):
-            NotFoundError: model 'bert' has no version 7 (latest is 3)
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.resolve(Ref.parse("bert@2")).digest   # -> 'sha256:...'
+            store.resolve("bert@7")   # raises NotFoundError: model 'bert' has no version 7 (latest is 3)
         """
         ref = Ref.parse(ref) if isinstance(ref, str) else ref
 
@@ -292,16 +293,18 @@ class SqlMetadataStore:
     def get_manifest(self, name: str, number: int) -> str:
         """The manifest JSON text of ``name@number``.
 
-            >>> json.loads(store.get_manifest("bert", 1))["format"]
-            1
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            json.loads(store.get_manifest("bert", 1))["format"]   # -> 1
         """
         return self._read(lambda s: self._version(s, self._model(s, name), number).manifest_json)
 
     def build_info(self, name: str, number: int) -> dict[str, Any] | None:
         """The informational build record published with a version (``build.json``), if any.
 
-            >>> store.build_info("bert", 1)["tool"]
-            'pt2-registry 0.1.0'
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.build_info("bert", 1)["tool"]   # -> 'pt2-registry 0.1.0'
         """
         return self._read(lambda s: self._version(s, self._model(s, name), number)
                           .to_record(name, [], with_manifest=False).build)
@@ -309,8 +312,9 @@ class SqlMetadataStore:
     def version_blobs(self, name: str, number: int) -> list[tuple[str, int]]:
         """``(blob digest, size)`` pairs a version references, sorted by digest.
 
-            >>> store.version_blobs("bert", 1)
-            [('sha256:cdcd...', 10)]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.version_blobs("bert", 1)   # -> [('sha256:cdcd...', 10)]
         """
         def work(s: Session) -> list[tuple[str, int]]:
             row = self._version(s, self._model(s, name), number)
@@ -324,8 +328,9 @@ class SqlMetadataStore:
     def signatures(self, name: str, number: int) -> list[SignatureRecord]:
         """Signatures recorded for a version, oldest first.
 
-            >>> [s.algorithm for s in store.signatures("bert", 1)]
-            ['ed25519']
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [s.algorithm for s in store.signatures("bert", 1)]   # -> ['ed25519']
         """
         def work(s: Session) -> list[SignatureRecord]:
             # the version's id and digest alone (not its row: a manifest of 10,000 chunks is 0.9 MB)
@@ -345,8 +350,9 @@ class SqlMetadataStore:
     def list_models(self) -> list[ModelRecord]:
         """Every model with its version count, highest number and aliases, by name.
 
-            >>> [(m.name, m.latest, m.aliases) for m in store.list_models()]
-            [('bert', 3, {'prod': 2})]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(m.name, m.latest, m.aliases) for m in store.list_models()]   # -> [('bert', 3, {'prod': 2})]
         """
         def work(s: Session) -> list[ModelRecord]:
             aliases: dict[str, dict[str, int]] = {}
@@ -369,8 +375,10 @@ class SqlMetadataStore:
     def list_versions(self, name: str) -> list[VersionRecord]:
         """Every version of a model by number, without manifests (``manifest_json`` None).
 
-            >>> [(v.number, v.status, v.aliases) for v in store.list_versions("bert")]
-            [(1, 'active', []), (2, 'active', ['prod'])]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(v.number, v.status, v.aliases) for v in store.list_versions("bert")]
+            # -> [(1, 'active', []), (2, 'active', ['prod'])]
         """
         def work(s: Session) -> list[VersionRecord]:
             model = self._model(s, name)
@@ -388,8 +396,9 @@ class SqlMetadataStore:
     def aliases(self, name: str) -> list[AliasRecord]:
         """Where each alias of a model points now, by alias name.
 
-            >>> [(a.alias, a.number) for a in store.aliases("bert")]
-            [('prod', 2)]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(a.alias, a.number) for a in store.aliases("bert")]   # -> [('prod', 2)]
         """
         def work(s: Session) -> list[AliasRecord]:
             model = self._model(s, name)
@@ -410,8 +419,9 @@ class SqlMetadataStore:
         """Point ``alias`` at ``name@number`` (audited as alias.set or alias.move), if the
         alias's policy allows it (PolicyError, exit 7; ``identity``: the server's token).
 
-            >>> store.set_alias("bert", "prod", 2, actor="ana", host="laptop").number
-            2
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.set_alias("bert", "prod", 2, actor="ana", host="laptop").number   # -> 2
         """
         validate_alias(alias)
         extra = _audit_details(audit_details)
@@ -433,8 +443,9 @@ class SqlMetadataStore:
         """Delete an alias; returns where it pointed. NotFoundError if it does not exist,
         PolicyError (exit 7) if its policy forbids it (immutable, role scope).
 
-            >>> store.remove_alias("bert", "staging", actor="ana", host="laptop").number
-            3
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.remove_alias("bert", "staging", actor="ana", host="laptop").number   # -> 3
         """
         extra = _audit_details(audit_details)
 
@@ -463,9 +474,10 @@ class SqlMetadataStore:
         """Deprecate, yank or restore (``active``) a version, with a reason; audited
         (``ref_for_audit``: the ref as the user gave it, e.g. ``bert@prod``).
 
-            >>> store.set_status("bert", 2, "yanked", "bad accuracy", actor="ana",
-            ...                  host="laptop").status
-            'yanked'
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.set_status("bert", 2, "yanked", "bad accuracy", actor="ana",
+                             host="laptop").status   # -> 'yanked'
         """
         if status not in STATUSES:
             raise UsageError(f"unknown status {status!r}", hint=f"one of {', '.join(STATUSES)}")
@@ -493,8 +505,9 @@ class SqlMetadataStore:
 
         Answered from the audit log; naive datetimes are taken as UTC.
 
-            >>> store.alias_at("bert", "prod", datetime(2026, 11, 22, tzinfo=timezone.utc))
-            1
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.alias_at("bert", "prod", datetime(2026, 11, 22, tzinfo=timezone.utc))   # -> 1
         """
         def work(s: Session) -> int | None:
             self._model(s, name)
@@ -510,9 +523,10 @@ class SqlMetadataStore:
                      ) -> AuditEvent:
         """Append an event that has no state change of its own (pull, load, gc.delete).
 
-            >>> store.record_event("pull", actor="svc", host="inf-3", model="bert", number=2,
-            ...                    ref="bert@prod").seq
-            7
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.record_event("pull", actor="svc", host="inf-3", model="bert", number=2,
+                               ref="bert@prod").seq   # -> 7
         """
         if not isinstance(action, str) or not action or len(action) > 32:
             raise UsageError(f"invalid audit action {action!r}")
@@ -526,8 +540,9 @@ class SqlMetadataStore:
                ) -> list[AuditEvent]:
         """Audit events in chain order, optionally of one model and at or after ``since``.
 
-            >>> [e.action for e in store.events(model="bert")]
-            ['publish', 'alias.set', 'pull']
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [e.action for e in store.events(model="bert")]   # -> ['publish', 'alias.set', 'pull']
         """
         stmt = select(AuditEventRow).order_by(AuditEventRow.seq)
         if model is not None:
@@ -540,8 +555,9 @@ class SqlMetadataStore:
         """The newest event as ``(seq, hash)`` (None for an empty log), and the hashes of the
         events ``seqs`` that exist, read in one transaction.
 
-            >>> store.audit_hashes([3])
-            ((7, '9f2c...'), {3: '41ab...'})
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.audit_hashes([3])   # -> ((7, '9f2c...'), {3: '41ab...'})
         """
         def work(s: Session) -> tuple[tuple[int, str] | None, dict[int, str]]:
             head = s.execute(select(AuditEventRow.seq, AuditEventRow.hash)
@@ -562,8 +578,9 @@ class SqlMetadataStore:
         ``(ok, first_bad_seq, reason)``; ``first_bad_seq`` is None when no event names the
         mismatch (e.g. a version row inserted without any event).
 
-            >>> store.verify_audit_chain()
-            ChainVerdict(ok=True, first_bad_seq=None, reason='7 events, chain intact')
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.verify_audit_chain()   # -> ChainVerdict(ok=True, first_bad_seq=None, reason='7 events, chain intact')
         """
         return self._read(audit_log.verify)
 
@@ -575,8 +592,10 @@ class SqlMetadataStore:
     def ancestors(self, name: str, number: int) -> list[LineageNode]:
         """The version (depth 0) and every version it derives from, nearest first.
 
-            >>> [(n.ref, n.depth) for n in store.ancestors("distil", 1)]
-            [('distil@1', 0), ('bert@2', 1), ('bert@1', 2)]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(n.ref, n.depth) for n in store.ancestors("distil", 1)]
+            # -> [('distil@1', 0), ('bert@2', 1), ('bert@1', 2)]
         """
         return self._read(lambda s: graph.nodes(
             s, graph.walk(s, [self._start_id(s, name, number)], graph.parent_ids)))
@@ -584,8 +603,9 @@ class SqlMetadataStore:
     def descendants(self, name: str, number: int) -> list[LineageNode]:
         """The version (depth 0) and every version derived from it, nearest first.
 
-            >>> [n.ref for n in store.descendants("bert", 1)]
-            ['bert@1', 'bert@2', 'distil@1']
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [n.ref for n in store.descendants("bert", 1)]   # -> ['bert@1', 'bert@2', 'distil@1']
         """
         return self._read(lambda s: graph.nodes(
             s, graph.walk(s, [self._start_id(s, name, number)], graph.child_ids)))
@@ -595,8 +615,10 @@ class SqlMetadataStore:
         """Versions trained on ``uri`` (depth 0) and all versions derived from them, with the
         aliases pointing at each now. Empty when nothing used the dataset.
 
-            >>> [(n.ref, n.aliases) for n in store.versions_from_dataset("s3://d/train")]
-            [('bert@1', []), ('bert@2', ['prod']), ('distil@1', [])]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(n.ref, n.aliases) for n in store.versions_from_dataset("s3://d/train")]
+            # -> [('bert@1', []), ('bert@2', ['prod']), ('distil@1', [])]
         """
         if digest is not None:
             validate_digest(digest)
@@ -610,7 +632,9 @@ class SqlMetadataStore:
         ``name`` (the model being pushed) is for a server's permission check; a claim is about
         blobs only, so it is not recorded.
 
-            >>> claim = store.begin_pending(["sha256:cdcd..."], "gpu-1", 4242)
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            claim = store.begin_pending(["sha256:cdcd..."], "gpu-1", 4242)
         """
         digests = sorted({validate_digest(d) for d in blobs})
 
@@ -630,8 +654,9 @@ class SqlMetadataStore:
         them, and claims them before they become visible); False when gc already reaped the
         claim (nothing is added: the push must not publish).
 
-            >>> store.extend_pending(claim, ["sha256:abab..."])
-            True
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.extend_pending(claim, ["sha256:abab..."])   # -> True
         """
         digests = {validate_digest(d) for d in blobs}
 
@@ -648,8 +673,9 @@ class SqlMetadataStore:
     def heartbeat_pending(self, claim_id: int) -> bool:
         """Refresh a claim; False if it is gone (gc expired it), so the publisher knows.
 
-            >>> store.heartbeat_pending(claim)
-            True
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.heartbeat_pending(claim)   # -> True
         """
         return self._write(lambda s: s.execute(
             update(PendingPushRow).where(PendingPushRow.id == claim_id)
@@ -658,7 +684,9 @@ class SqlMetadataStore:
     def end_pending(self, claim_id: int) -> None:
         """Release a claim (idempotent).
 
-            >>> store.end_pending(claim)
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.end_pending(claim)
         """
         self._write(lambda s: s.execute(delete(PendingPushRow)
                                         .where(PendingPushRow.id == claim_id)))
@@ -666,16 +694,18 @@ class SqlMetadataStore:
     def db_now(self) -> datetime:
         """The database's clock now (claim liveness compares database time to database time).
 
-            >>> store.db_now().tzinfo
-            datetime.timezone.utc
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.db_now().tzinfo   # -> datetime.timezone.utc
         """
         return parse_ts(self._read(db_clock))
 
     def pending_claims(self) -> list[PendingPush]:
         """Every open claim, oldest first; gc judges staleness by ``heartbeat_at``.
 
-            >>> [p.pid for p in store.pending_claims()]
-            [4242]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [p.pid for p in store.pending_claims()]   # -> [4242]
         """
         return self._read(lambda s: [row.to_record() for row in s.scalars(
             select(PendingPushRow).order_by(PendingPushRow.id))])
@@ -733,8 +763,9 @@ class SqlMetadataStore:
     def referenced_blobs(self) -> set[str]:
         """Digests of every blob some version references (gc must keep them).
 
-            >>> "sha256:cdcd..." in store.referenced_blobs()
-            True
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            "sha256:cdcd..." in store.referenced_blobs()   # -> True
         """
         return self._read(lambda s: set(s.scalars(select(VersionBlobRow.blob_digest)
                                                   .distinct())))
@@ -748,10 +779,11 @@ class SqlMetadataStore:
         only its SHA-256 is stored. Scopes are parsed and stored canonically (UsageError for a
         bad one); audited as ``token.create`` (owner, scopes, expiry; never the secret).
 
-            >>> record, secret = store.create_token("ci", ["model:team/*:push,pull"],
-            ...                                     expires_at=None, actor="ana", host="laptop")
-            >>> record.scopes, secret[:5]
-            (['model:team/*:pull,push'], 'pt2r_')
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            record, secret = store.create_token("ci", ["model:team/*:push,pull"],
+                                                expires_at=None, actor="ana", host="laptop")
+            record.scopes, secret[:5]   # -> (['model:team/*:pull,push'], 'pt2r_')
         """
         validate_owner(owner)
         if isinstance(scopes, str):
@@ -773,8 +805,9 @@ class SqlMetadataStore:
     def list_tokens(self) -> list[TokenRecord]:
         """Every token (revoked and expired ones too), by id; never a secret.
 
-            >>> [(t.id, t.owner) for t in store.list_tokens()]
-            [(1, 'ci')]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(t.id, t.owner) for t in store.list_tokens()]   # -> [(1, 'ci')]
         """
         return self._read(lambda s: [row.to_record() for row in s.scalars(
             select(TokenRow).order_by(TokenRow.id))])
@@ -784,8 +817,9 @@ class SqlMetadataStore:
         """Revoke a token now (NotFoundError for an unknown id); audited as ``token.revoke``.
         Revoking a revoked token returns it unchanged.
 
-            >>> store.revoke_token(1, actor="ana", host="laptop").revoked_at is not None
-            True
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.revoke_token(1, actor="ana", host="laptop").revoked_at is not None   # -> True
         """
         if isinstance(token_id, bool) or not isinstance(token_id, int):
             raise UsageError(f"invalid token id {token_id!r}", hint="`pt2reg token list` shows them")
@@ -798,8 +832,9 @@ class SqlMetadataStore:
         token has it, or it was revoked or has expired (saying when, by the database's clock).
         A read; ``last_used_at`` is written at most once a minute per token.
 
-            >>> store.authenticate(secret).owner
-            'ci'
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.authenticate(secret).owner   # -> 'ci'
         """
         if not isinstance(secret, str) or not secret.strip():
             raise NotAuthenticatedError("no token given",
@@ -815,8 +850,9 @@ class SqlMetadataStore:
         ``digests`` some version references (unreferenced digests are absent); the server lets
         a token fetch a blob only when it may pull one of those models.
 
-            >>> store.pullable_blob_models(["sha256:cdcd..."])
-            {'sha256:cdcd...': {'bert'}}
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.pullable_blob_models(["sha256:cdcd..."])   # -> {'sha256:cdcd...': {'bert'}}
         """
         wanted = validate_digests(digests)
         return self._read(lambda s: token_rows.blob_models(s, wanted))
@@ -825,8 +861,9 @@ class SqlMetadataStore:
         """Each model's highest-numbered version (without its manifest), by model name: what
         the web page's model list shows (metadata searched, last change), in one query.
 
-            >>> {n: v.number for n, v in store.latest_versions().items()}
-            {'bert': 3}
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            {n: v.number for n, v in store.latest_versions().items()}   # -> {'bert': 3}
         """
         def work(s: Session) -> dict[str, VersionRecord]:
             newest = (select(VersionRow.model_id, func.max(VersionRow.number).label("number"))
@@ -862,9 +899,10 @@ class SqlMetadataStore:
         a version must have passed), ``immutable``. Audited as ``policy.set``; an immutable
         policy whose alias is set cannot be changed (PolicyError, exit 7).
 
-            >>> store.set_policy("team/m", "prod", signers=[pem], attestations=["cpu-ci"],
-            ...                  actor="ana", host="laptop").describe()
-            'signed by sha256:...; attested cpu-ci'
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.set_policy("team/m", "prod", signers=[pem], attestations=["cpu-ci"],
+                             actor="ana", host="laptop").describe()   # -> 'signed by sha256:...; attested cpu-ci'
         """
         validate_name(name)
         validate_alias(alias)
@@ -892,8 +930,9 @@ class SqlMetadataStore:
     def policies(self, name: str) -> list[AliasPolicy]:
         """The alias policies of model ``name``, by alias (a model need not exist yet).
 
-            >>> [p.alias for p in store.policies("team/m")]
-            ['prod']
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [p.alias for p in store.policies("team/m")]   # -> ['prod']
         """
         validate_name(name)
         return self._read(lambda s: governance.policies(s, name))
@@ -944,8 +983,9 @@ class SqlMetadataStore:
     def attestations(self, name: str, number: int) -> list[AttestationRecord]:
         """The attestations of ``name@number``, oldest first.
 
-            >>> [(a.label, a.passed) for a in store.attestations("team/m", 4)]
-            [('cpu-ci', True)]
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            [(a.label, a.passed) for a in store.attestations("team/m", 4)]   # -> [('cpu-ci', True)]
         """
         return self._read(lambda s: governance.attestations(
             s, name, self._version(s, self._model(s, name), number)))
@@ -1024,7 +1064,9 @@ class SqlMetadataStore:
         action or its sub-actions, ``alias`` matches ``alias.set``), newest first, and how many
         match in all: the web page's audit log, filtered in SQL.
 
-            >>> events, total = store.find_events(model="bert", action="alias", limit=10)
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            events, total = store.find_events(model="bert", action="alias", limit=10)
         """
         stmt = select(AuditEventRow)
         if model is not None:
@@ -1072,8 +1114,9 @@ class SqlMetadataStore:
         and a pack of another model, holding that model's other tensors too, is never lent
         (large chunks, blobs of their own, still dedup across models).
 
-            >>> store.locate_chunks(["sha256:abab..."], name="bert")["sha256:abab..."].pack
-            'sha256:cdcd...'
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.locate_chunks(["sha256:abab..."], name="bert")["sha256:abab..."].pack   # -> 'sha256:cdcd...'
         """
         validate_name(name)
         wanted = set(validate_digests(digests))
@@ -1114,8 +1157,9 @@ class SqlMetadataStore:
         """Which of ``digests`` some version records (its ``version_blobs``): a push asks the
         blob store only about these (the digests ``pullable_blob_models`` maps).
 
-            >>> store.recorded_blobs(["sha256:cdcd...", "sha256:efef..."])
-            {'sha256:cdcd...'}
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.recorded_blobs(["sha256:cdcd...", "sha256:efef..."])   # -> {'sha256:cdcd...'}
         """
         wanted = sorted(set(validate_digests(digests)))
 

@@ -1,9 +1,10 @@
 """Two versions side by side, as data: what changed in their signatures, their custom-op sets
 and their bytes. Pure: two typed manifests in, frozen values out (the compare page renders them).
+For example (``old`` and ``new`` typed manifests)::
 
-    >>> c = compare_manifests(old, new)
-    >>> [(t.name, t.change, t.before, t.after) for t in c.tensors]
-    [('tokens', 'shape', '[batch 1..8, seq 2..16]', '[batch 1..8, seq 2..32]')]
+    c = compare_manifests(old, new)
+    [(t.name, t.change, t.before, t.after) for t in c.tensors]
+    # -> [('tokens', 'shape', '[batch 1..8, seq 2..16]', '[batch 1..8, seq 2..32]')]
 """
 from __future__ import annotations
 
