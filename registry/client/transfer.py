@@ -378,11 +378,23 @@ def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
         preallocate(fd, member.size)
         large = [Part("sha256:" + sha, at, size) for sha, at, size in member.chunk_spans() if size >= PACK_BELOW]
         if large:
-            with Background(lambda report: blobs.get_parts(fd, large, progress=report), progress) as job:
+            with Background(lambda report: _fetch_large(blobs, fd, large, report), progress) as job:
                 _fetch_small(member, blobs, fd, progress, index, job)
             job.result()
         else:
             _fetch_small(member, blobs, fd, progress, index, None)
+
+
+def _fetch_large(blobs: BlobStore, fd: int, parts: list[Part], progress: ProgressFn) -> None:
+    """``assemble_member``'s large chunks, written through a duplicate of ``fd`` that this
+    (background) thread owns: should its caller stop waiting for it (a second Ctrl-C while
+    ``Background`` waits) and close ``fd``, what is still written lands in the file it was
+    given, never in a file that reuses the number."""
+    own = os.dup(fd)
+    try:
+        blobs.get_parts(own, parts, progress=progress)
+    finally:
+        os.close(own)
 
 
 def _fetch_small(member: Member, blobs: BlobStore, fd: int, progress: ProgressFn | None, index: IndexSource,

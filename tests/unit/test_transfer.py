@@ -282,6 +282,37 @@ def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_p
     assert not dest.exists() and not list(dest.parent.iterdir())
 
 
+def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(tmp_path):
+    """A second Ctrl-C can make the caller stop waiting for the large chunks and close the file;
+    the background thread still writes into that file (its own duplicate of the descriptor),
+    never into another file that got the same descriptor number."""
+    from registry.client.transfer import _fetch_large
+
+    entered, gate = threading.Event(), threading.Event()
+
+    class Slow:
+        def get_parts(self, fd, parts, progress=None):
+            entered.set()
+            gate.wait(5)
+            os.pwrite(fd, b"late", 0)
+
+    dest = tmp_path / "member"
+    fd = os.open(dest, os.O_RDWR | os.O_CREAT)
+    worker = threading.Thread(target=_fetch_large, args=(Slow(), fd, [], lambda n: None))
+    worker.start()
+    assert entered.wait(5)
+    os.close(fd)
+    other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+    try:
+        assert other == fd   # the lowest free number: the one just closed
+        gate.set()
+        worker.join(5)
+        assert os.pread(other, 16, 0) == b""
+        assert dest.read_bytes() == b"late"
+    finally:
+        os.close(other)
+
+
 def test_push_refuses_a_damaged_file_chunk_by_chunk(tmp_path):
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
