@@ -28,11 +28,9 @@ def test_the_examples_in_each_module_run(name):
 
 
 def test_the_package_has_examples_that_run():
-    """The check above finds the examples (a finder that found none would pass every module)."""
-    tries = 0
-    for name in MODULES:
-        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-        for test in doctest.DocTestFinder().find(importlib.import_module(name), name):
-            runner.run(test, out=lambda _text: None)
-        tries += runner.tries
-    assert tries >= 50
+    """The check above finds the examples (a finder that found none would pass every module):
+    counted, not run again."""
+    found = [example for name in MODULES
+             for test in doctest.DocTestFinder().find(importlib.import_module(name), name)
+             for example in test.examples if not example.options.get(doctest.SKIP)]
+    assert len(found) >= 50
