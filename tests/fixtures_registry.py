@@ -60,6 +60,25 @@ class RegistryEnv:
         env = {k: v for k, v in self.cli_env(home).items() if v is not None}
         return cli_process(*args, env=env, **kwargs)
 
+    def sql(self, *statements: str, **params: Any) -> list[list[tuple]]:
+        """Run raw SQL on the registry's database (the attacker's view); rows of each statement.
+        One write transaction from the start (``BEGIN IMMEDIATE`` on SQLite), so a read followed by
+        a write never races a running server's head signer ("database is locked")."""
+        from sqlalchemy import text
+
+        from registry.store.engine import WRITE_OPTION, make_engine
+
+        engine = make_engine(self.db)
+        try:
+            with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+                out = []
+                for stmt in statements:
+                    result = conn.execute(text(stmt), params)
+                    out.append([tuple(row) for row in result] if result.returns_rows else [])
+                return out
+        finally:
+            engine.dispose()
+
     def s3_client(self):
         import boto3
 

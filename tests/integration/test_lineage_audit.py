@@ -68,26 +68,6 @@ def _actor(reg_env, who: str | None) -> Iterator[None]:
             reg_env.env["PT2REG_ACTOR"] = saved
 
 
-def _sql(reg_env, *statements: str, **params) -> list[list[tuple]]:
-    """Run raw SQL on the registry's database (the attacker's view); rows of each statement.
-    One write transaction from the start (``BEGIN IMMEDIATE`` on SQLite), so a read followed by
-    a write never races a running server's head signer ("database is locked")."""
-    from sqlalchemy import text
-
-    from registry.store.engine import WRITE_OPTION, make_engine
-
-    engine = make_engine(reg_env.db)
-    try:
-        with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
-            out = []
-            for stmt in statements:
-                result = conn.execute(text(stmt), params)
-                out.append([tuple(row) for row in result] if result.returns_rows else [])
-            return out
-    finally:
-        engine.dispose()
-
-
 def _events(reg_env, *args: str) -> list[dict]:
     return _json(reg_env.cli("audit", *args, "--json"))["events"]
 
@@ -276,37 +256,37 @@ def test_audit_verify_detects_an_edited_or_deleted_event(reg_env, bundles, tmp_p
 
     # An edited field (who published m@2) is named. (Each attack is undone after it is caught,
     # so the next verdict naming a different event also proves the undo restored the chain.)
-    [[(actor,)]] = _sql(reg_env, "SELECT actor FROM audit_events WHERE seq = 3")
-    _sql(reg_env, "UPDATE audit_events SET actor = 'mallory' WHERE seq = 3")
+    [[(actor,)]] = reg_env.sql("SELECT actor FROM audit_events WHERE seq = 3")
+    reg_env.sql("UPDATE audit_events SET actor = 'mallory' WHERE seq = 3")
     code, bad, err = _verify(reg_env)
     assert (code, bad) == (5, 3) and "event 3" in err and "altered" in err
-    _sql(reg_env, "UPDATE audit_events SET actor = :actor WHERE seq = 3", actor=actor)
+    reg_env.sql("UPDATE audit_events SET actor = :actor WHERE seq = 3", actor=actor)
 
     # prod moved back in the tables, without an event: the registry and its log disagree.
-    [[(v1_id,)], [(v2_id,)]] = _sql(reg_env, "SELECT min(id) FROM versions",
+    [[(v1_id,)], [(v2_id,)]] = reg_env.sql("SELECT min(id) FROM versions",
                                     "SELECT max(id) FROM versions")
-    _sql(reg_env, "UPDATE aliases SET version_id = :v", v=v1_id)
+    reg_env.sql("UPDATE aliases SET version_id = :v", v=v1_id)
     code, bad, err = _verify(reg_env)
     assert (code, bad) == (5, 5) and "alias m@prod points at m@1" in err and "m@2" in err
-    _sql(reg_env, "UPDATE aliases SET version_id = :v", v=v2_id)
+    reg_env.sql("UPDATE aliases SET version_id = :v", v=v2_id)
 
     # A deleted event in the middle: the gap is named at the event after it.
-    [row] = _sql(reg_env, "SELECT * FROM audit_events WHERE seq = 2")[0]
-    _sql(reg_env, "DELETE FROM audit_events WHERE seq = 2")
+    [row] = reg_env.sql("SELECT * FROM audit_events WHERE seq = 2")[0]
+    reg_env.sql("DELETE FROM audit_events WHERE seq = 2")
     code, bad, err = _verify(reg_env)
     assert (code, bad) == (5, 3) and "event 3 follows event 1" in err and "missing" in err
     placeholders = ", ".join(f":c{i}" for i in range(len(row)))
-    _sql(reg_env, f"INSERT INTO audit_events VALUES ({placeholders})",
+    reg_env.sql(f"INSERT INTO audit_events VALUES ({placeholders})",
          **{f"c{i}": v for i, v in enumerate(row)})
 
     # The newest event deleted (nothing links to it): prod no longer matches the log, which
     # now ends with it set at event 2.
-    _sql(reg_env, "DELETE FROM audit_events WHERE seq = 5")
+    reg_env.sql("DELETE FROM audit_events WHERE seq = 5")
     code, bad, err = _verify(reg_env)
     assert (code, bad) == (5, 2) and "m@prod" in err
 
     # An event's time rewritten (to fake when the pull happened).
-    _sql(reg_env, "UPDATE audit_events SET ts = '2020-01-01T00:00:00.000000Z' WHERE seq = 4")
+    reg_env.sql("UPDATE audit_events SET ts = '2020-01-01T00:00:00.000000Z' WHERE seq = 4")
     assert _verify(reg_env)[:2] == (5, 4)
 
 
@@ -316,7 +296,7 @@ def _rewrite_chain_from(reg_env, seq: int, **changes) -> None:
     from registry.store.audit_chain import seal
 
     cols = "seq, ts, actor, host, action, model, version, digest, ref, details_json, prev_hash, hash"
-    [rows] = _sql(reg_env, f"SELECT {cols} FROM audit_events ORDER BY seq")
+    [rows] = reg_env.sql(f"SELECT {cols} FROM audit_events ORDER BY seq")
     prev = None
     for row in rows:
         event = dict(zip(cols.split(", "), row))
@@ -326,7 +306,7 @@ def _rewrite_chain_from(reg_env, seq: int, **changes) -> None:
         if event["seq"] == seq:
             event.update(changes)
         sealed = seal({**event, "details": event["details_json"]}, prev_hash=prev)
-        _sql(reg_env, "UPDATE audit_events SET actor = :actor, ts = :ts, prev_hash = :p, hash = :h "
+        reg_env.sql("UPDATE audit_events SET actor = :actor, ts = :ts, prev_hash = :p, hash = :h "
                       "WHERE seq = :seq", actor=event["actor"], ts=event["ts"], p=sealed["prev_hash"],
              h=sealed["hash"], seq=event["seq"])
         prev = sealed["hash"]
@@ -362,7 +342,7 @@ def test_a_rewritten_or_truncated_log_is_caught_by_this_machines_anchor(reg_env,
 
     # The newest events deleted when they change no state (a pull): the chain and the state
     # cannot see it, the anchor can.
-    _sql(reg_env, "DELETE FROM audit_events WHERE seq = 5")
+    reg_env.sql("DELETE FROM audit_events WHERE seq = 5")
     code, bad, err = _verify(reg_env)
     assert (code, bad) == (5, 5) and "event 5 is gone" in err
 
@@ -481,10 +461,10 @@ def test_concurrent_publishers_and_alias_moves_leave_one_valid_chain(reg_env, bu
 def _refuse_inserts(reg_env, table: str) -> None:
     """A database trigger that fails every insert into ``table`` (an injected fault)."""
     if reg_env.db.startswith("sqlite"):
-        _sql(reg_env, f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
+        reg_env.sql(f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
                       f"BEGIN SELECT RAISE(ABORT, 'injected fault'); END")
     else:
-        _sql(reg_env, "CREATE OR REPLACE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        reg_env.sql("CREATE OR REPLACE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
                       "$$ BEGIN RAISE EXCEPTION 'injected fault'; END $$",
              f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
              f"FOR EACH ROW EXECUTE FUNCTION refuse()")
@@ -492,7 +472,7 @@ def _refuse_inserts(reg_env, table: str) -> None:
 
 def _allow_inserts(reg_env, table: str) -> None:
     on = "" if reg_env.db.startswith("sqlite") else f" ON {table}"
-    _sql(reg_env, f"DROP TRIGGER refuse_{table}{on}")
+    reg_env.sql(f"DROP TRIGGER refuse_{table}{on}")
 
 
 @BACKENDS
@@ -500,8 +480,8 @@ def test_a_failed_change_leaves_no_event_and_a_failed_event_leaves_no_change(reg
     assert reg_env.cli("push", str(bundles["v0"]), "--name", "m").returncode == 0
 
     def counts() -> tuple[int, int, int]:
-        [[(versions,)], [(events,)], [(aliases,)]] = _sql(
-            reg_env, "SELECT count(*) FROM versions", "SELECT count(*) FROM audit_events",
+        [[(versions,)], [(events,)], [(aliases,)]] = reg_env.sql(
+            "SELECT count(*) FROM versions", "SELECT count(*) FROM audit_events",
             "SELECT count(*) FROM aliases")
         return versions, events, aliases
 
@@ -519,7 +499,7 @@ def test_a_failed_change_leaves_no_event_and_a_failed_event_leaves_no_change(reg
               reg_env.cli("yank", "m@1", "--reason", "x")]
     for r in failed:
         assert r.returncode != 0 and "injected fault" in r.stderr, r.stderr
-    [[(status,)]] = _sql(reg_env, "SELECT status FROM versions")
+    [[(status,)]] = reg_env.sql("SELECT status FROM versions")
     assert counts() == (1, 1, 0) and status == "active"
     _allow_inserts(reg_env, "audit_events")
 
@@ -653,20 +633,20 @@ def test_blob_records_and_manifests_edited_behind_the_log_are_caught_and_gc_keep
     assert reg_env.cli("push", str(bundles["v0"]), "--name", "m", "--alias", "prod").returncode == 0
     assert reg_env.cli("push", str(bundles["v1"]), "--name", "m").returncode == 0
     assert _verify(reg_env)[0] == 0
-    [[(v1_id,)]] = _sql(reg_env, "SELECT min(id) FROM versions")
+    [[(v1_id,)]] = reg_env.sql("SELECT min(id) FROM versions")
 
     # the manifest of m@1 replaced by m@2's: the log still says m@1 is its old digest
-    [[(text1,)], [(text2,)]] = _sql(reg_env, "SELECT manifest_json FROM versions WHERE id = :v",
+    [[(text1,)], [(text2,)]] = reg_env.sql("SELECT manifest_json FROM versions WHERE id = :v",
                                     "SELECT manifest_json FROM versions WHERE id <> :v", v=v1_id)
-    _sql(reg_env, "UPDATE versions SET manifest_json = :t WHERE id = :v", t=text2, v=v1_id)
+    reg_env.sql("UPDATE versions SET manifest_json = :t WHERE id = :v", t=text2, v=v1_id)
     code, bad, err = _verify(reg_env)
     assert code == 5 and bad == 1 and "m@1" in err and "does not hash to its digest" in err, err
-    _sql(reg_env, "UPDATE versions SET manifest_json = :t WHERE id = :v", t=text1, v=v1_id)
+    reg_env.sql("UPDATE versions SET manifest_json = :t WHERE id = :v", t=text1, v=v1_id)
 
     # m@1's blob records deleted: named by audit, and gc still keeps every blob of m@1
-    rows = _sql(reg_env, "SELECT version_id, blob_digest, size FROM version_blobs WHERE version_id = :v",
+    rows = reg_env.sql("SELECT version_id, blob_digest, size FROM version_blobs WHERE version_id = :v",
                 v=v1_id)[0]
-    _sql(reg_env, "DELETE FROM version_blobs WHERE version_id = :v", v=v1_id)
+    reg_env.sql("DELETE FROM version_blobs WHERE version_id = :v", v=v1_id)
     code, bad, err = _verify(reg_env)
     assert code == 5 and bad == 1 and "m@1 lacks the blob record" in err, err
     r = reg_env.cli("gc")
@@ -676,6 +656,6 @@ def test_blob_records_and_manifests_edited_behind_the_log_are_caught_and_gc_keep
     assert reg_env.cli("pull", "m@prod", "-o", str(out)).returncode == 0
     assert out.read_bytes() == bundles["v0"].read_bytes()
     for v, d, n in rows:
-        _sql(reg_env, "INSERT INTO version_blobs (version_id, blob_digest, size) VALUES (:v, :d, :n)",
+        reg_env.sql("INSERT INTO version_blobs (version_id, blob_digest, size) VALUES (:v, :d, :n)",
              v=v, d=d, n=n)
     assert _verify(reg_env)[0] == 0
