@@ -100,6 +100,14 @@ class BlobStore(Protocol):
         ``fd`` and verified; ``on_done(i)`` once ``parts[i]`` is complete and verified.
         ``IntegrityError`` when one does not match (discard the file)."""
 
+    def part_fetches(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                     on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
+        """What ``get_parts`` runs several at once: one call per part that fetches it into its
+        range of ``fd``, verified, then ``on_done(i)``; for a caller that runs them on threads
+        of its own, among other work (a pull's pack reads: ``client.transfer.assemble_member``).
+        Whatever the parts need first (a remote store asks its server where they are) is done
+        here, once."""
+
     def exists(self, digest: str) -> bool:
         """True when the blob is stored."""
 

@@ -13,6 +13,7 @@ For example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import tempfile
@@ -25,7 +26,7 @@ from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
 from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
-from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_parallel, thread_buffer
+from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_calls, run_parallel, thread_buffer
 from .inplace import InPlaceFile, in_place_file
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, RangeSink, atomic_download, blob_relpath,
                    check_range, check_read_range, checked_range, corrupt_blob_error, digest_from_relpath, hash_parts,
@@ -224,6 +225,12 @@ class LocalBlobStore:
                   on_done: Callable[[int], None] | None = None) -> None:
         """Copy blobs into ranges of the open file ``fd`` on every core, verifying each in the
         pass that copies it."""
+        run_calls(self.part_fetches(fd, parts, progress=progress, on_done=on_done), WORKERS)
+
+    def part_fetches(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                     on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
+        """One call per part: its blob copied into its range of ``fd``, verified in the pass
+        that copies it (``get_parts``)."""
         progress = locked_progress(progress)
 
         def one(i: int) -> None:
@@ -240,7 +247,7 @@ class LocalBlobStore:
             if on_done is not None:
                 on_done(i)
 
-        run_parallel(one, range(len(parts)), WORKERS)
+        return [functools.partial(one, i) for i in range(len(parts))]
 
     def _write(self, reader: VerifyingReader, digest: str, progress: ProgressFn | None) -> bool:
         final = self._path(digest)

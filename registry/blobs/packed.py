@@ -29,8 +29,8 @@ from ..errors import IntegrityError
 from ..parallel import pwrite_all, run_parallel
 from .base import BlobStore, ProgressFn
 
-__all__ = ["PackedPart", "PackRun", "RUN_BYTES", "RUN_GAP", "pack_runs", "runs", "read_runs", "get_packed",
-           "check_packed"]
+__all__ = ["PackedPart", "PackRun", "RUN_BYTES", "RUN_GAP", "pack_runs", "runs", "read_run", "read_runs",
+           "run_workers", "get_packed", "check_packed"]
 
 #: one ranged read covers at most this many bytes of a pack
 RUN_BYTES = 8 * 1024 * 1024
@@ -41,7 +41,8 @@ RUN_GAP = 256 * 1024
 WORKERS = 8
 
 
-def _workers(blobs: BlobStore) -> int:
+def run_workers(blobs: BlobStore) -> int:
+    """How many runs to read from ``blobs`` at once (``WORKERS``, or the store's ``read_workers``)."""
     return int(getattr(blobs, "read_workers", WORKERS))
 
 
@@ -221,9 +222,11 @@ class _RunWriter:
                                  hint="the store does not honour ranged reads")
 
 
-def _read_run(blobs: BlobStore, run: PackRun, fd: int | None, **kwargs) -> None:
-    """One run through a ``_RunWriter``: one ranged read of the store."""
-    writer = _RunWriter(fd, run, **kwargs)
+def read_run(blobs: BlobStore, run: PackRun, fd: int | None, *, checked: Callable[[int, bool], None] | None = None,
+             progress: ProgressFn | None = None, on_done: Callable[[int], None] | None = None) -> None:
+    """One run through a ``_RunWriter``: one ranged read of the store, each chunk verified and
+    written at its place in ``fd`` (None: only verified, ``checked(tag, ok)``)."""
+    writer = _RunWriter(fd, run, checked=checked, progress=progress, on_done=on_done)
     blobs.read_range_into(run.pack, run.start, run.end - run.start, writer)
     writer.close()
 
@@ -233,7 +236,7 @@ def read_runs(blobs: BlobStore, fd: int, runs_: Sequence[PackRun], *, progress: 
     """Read every run, verify each of its chunks and write it at its destination offset of the
     open file ``fd`` (``_RunWriter``); ``on_done(tag)`` once a chunk is written.
     ``IntegrityError`` for a chunk that does not match (nothing more is written; discard the file)."""
-    run_parallel(lambda run: _read_run(blobs, run, fd, progress=progress, on_done=on_done), runs_, _workers(blobs))
+    run_parallel(lambda run: read_run(blobs, run, fd, progress=progress, on_done=on_done), runs_, run_workers(blobs))
 
 
 def get_packed(blobs: BlobStore, fd: int, parts: Sequence[PackedPart], *, progress: ProgressFn | None = None,
@@ -250,4 +253,4 @@ def check_packed(blobs: BlobStore, parts: Sequence[PackedPart], *,
     pusher's pack index this way before recording it); ``IntegrityError`` for the first that
     is not, ``NotFoundError`` when a pack is not stored. ``checked(i, ok)`` as each part is
     found to match or not (from several threads)."""
-    run_parallel(lambda run: _read_run(blobs, run, None, checked=checked), _part_runs(parts), _workers(blobs))
+    run_parallel(lambda run: read_run(blobs, run, None, checked=checked), _part_runs(parts), run_workers(blobs))

@@ -31,6 +31,7 @@ unseekable adapters so every byte passes our hash exactly once and in order:
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from concurrent.futures import CancelledError
 import os
@@ -50,6 +51,7 @@ from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
 from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
+from ..parallel import run_calls
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, blob_relpath,
                    check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, short_blob_error, unique_parts, verified_into)
@@ -316,32 +318,55 @@ class S3BlobStore:
         not yet received (a sequential stream: the hash just goes on). A larger blob goes
         through s3transfer's ranged download (its parts in parallel, handed over in order).
         """
-        _limit_malloc_arenas()
-        progress = locked_progress(progress)
         inflight = _Inflight()
         big = any(part.size > self._stream_limit for part in parts)
         manager = self._transfer_manager(download=True) if big else None
+        with manager if manager is not None else contextlib.nullcontext():
+            run_calls(self._fetches(fd, parts, progress, on_done, inflight, manager), self._max_concurrency,
+                      on_error=inflight.cancel)
 
-        def one(item: tuple[int, Part]) -> None:
-            i, part = item
-            target = PwriteWriter(fd, part.offset, part.size, part.digest)
-            with self._translated("download", part.digest, check_bucket=True), \
-                    verified_into(target, part.digest, self.url) as writer:
-                if manager is None or part.size <= self._stream_limit:
-                    self._stream(part, writer, progress, inflight)
-                else:
-                    future = manager.download(self.bucket, self._key(part.digest), writer,
-                                              subscribers=_subscribers(progress, part.size))
-                    with inflight.track(future):
-                        future.result()
-            if writer.count != part.size:
-                raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
-                                     hint="the version's manifest does not match the store")
+    def part_fetches(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                     on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
+        """``get_parts``' calls, one per part, for a caller that runs them itself; a blob over
+        the streaming limit (a multipart threshold set below the chunk size) brings its own
+        s3transfer download."""
+        return self._fetches(fd, parts, progress, on_done, _Inflight(), None)
+
+    def _fetches(self, fd: int, parts: Sequence[Part], progress: ProgressFn | None,
+                 on_done: Callable[[int], None] | None, inflight: "_Inflight",
+                 manager: TransferManager | None) -> list[Callable[[], None]]:
+        _limit_malloc_arenas()
+        progress = locked_progress(progress)
+
+        def one(i: int) -> None:
+            part = parts[i]
+            if manager is None and part.size > self._stream_limit:
+                with self._transfer_manager(download=True) as own:
+                    self._get_part(fd, part, progress, inflight, own)
+            else:
+                self._get_part(fd, part, progress, inflight, manager)
             if on_done is not None:
                 on_done(i)
 
-        with manager if manager is not None else contextlib.nullcontext():
-            run_parallel(one, list(enumerate(parts)), self._max_concurrency, on_error=inflight.cancel)
+        return [functools.partial(one, i) for i in range(len(parts))]
+
+    def _get_part(self, fd: int, part: Part, progress: ProgressFn | None, inflight: "_Inflight",
+                  manager: TransferManager | None) -> None:
+        """One blob into its range of ``fd``, verified: streamed (``_stream``), or through
+        ``manager`` when it is over the streaming limit."""
+        target = PwriteWriter(fd, part.offset, part.size, part.digest)
+        with self._translated("download", part.digest, check_bucket=True), \
+                verified_into(target, part.digest, self.url) as writer:
+            if manager is None or part.size <= self._stream_limit:
+                self._stream(part, writer, progress, inflight)
+            else:
+                future = manager.download(self.bucket, self._key(part.digest), writer,
+                                          subscribers=_subscribers(progress, part.size))
+                with inflight.track(future):
+                    future.result()
+        if writer.count != part.size:
+            raise IntegrityError(f"blob {part.digest} has {writer.count} bytes, expected {part.size}",
+                                 hint="the version's manifest does not match the store")
 
     def _stream(self, part: Part, writer: BinaryIO, progress: ProgressFn | None,
                 inflight: "_Inflight") -> None:

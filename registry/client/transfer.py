@@ -27,6 +27,7 @@ reads none of them, ``runtime.torchrt``); the load returns only once every chunk
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import mmap
 import operator
@@ -35,7 +36,7 @@ import threading
 from bisect import bisect_left
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from itertools import accumulate, groupby, repeat
+from itertools import accumulate, compress, groupby, repeat
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence, Union, cast
 
@@ -43,14 +44,14 @@ from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, hash_parts, locked_progress, stretches
 from ..blobs.inplace import ALIGN as IN_PLACE_ALIGN
 from ..blobs.inplace import InPlaceFile, InPlaceSegment, NotInPlace, hash_in_place
-from ..blobs.packed import PackedPart, PackRun, get_packed, pack_runs, read_runs
+from ..blobs.packed import PackedPart, PackRun, get_packed, pack_runs, read_run, run_workers
 from ..errors import IntegrityError, NotFoundError, UnsafeArchiveError
 from ..format.bundle import BundleFile
 from ..format.chunking import chunks_inside
 from ..format.manifest import Manifest, Member
 from ..format.packs import PACK_BELOW, PACK_BYTES, Pack, PackEntry, PackIndex
 from ..format.zipsafe import canonical_data_spans
-from ..parallel import BATCH_BYTES, WORKERS, Background, group_consecutive, preallocate, run_parallel, split_where
+from ..parallel import BATCH_BYTES, WORKERS, TaskPool, group_consecutive, preallocate, run_parallel, split_where
 from ..sources import BlobCache
 from .ports import MetadataStore
 
@@ -341,8 +342,8 @@ def fetch_parts(blobs: BlobStore, fd: int, parts: Sequence[AnyPart], *, progress
     """Fetch ``parts`` into the open file ``fd``, each verified: chunks in packs with ranged
     reads of their packs (``blobs.packed``), the others with ``get_parts``; ``on_done(i)`` once
     ``parts[i]`` is complete. (The two one after the other: at once, they took as long on two
-    cores, locally and against SeaweedFS, measured. ``assemble_member`` starts the large chunks
-    earlier, while the pack index is read: a window in which only one core has work.)"""
+    cores, locally and against SeaweedFS, measured. ``assemble_member`` hands the large chunks
+    to its pool first, while the pack index is read: a window in which only one core has work.)"""
     packed: list[int] = []
     own: list[int] = []
     for i, p in enumerate(parts):
@@ -365,51 +366,49 @@ def assemble_member(member: Member, blobs: BlobStore, dest: str | os.PathLike,
     each verified; nothing is left behind on failure. Not fsynced: a cache file (see
     ``BlobCache``: re-hashed after a reboot).
 
-    The chunks of ``PACK_BELOW`` bytes or more (never in a pack) go first, on a thread of their
-    own, while ``index`` is read and the pack runs are planned on this one; then the packed
-    chunks, then the small ones stored on their own (the two one after the other, as
-    ``fetch_parts`` does). The 10,000-tensor program from a local store, medians of 11 pulls
-    interleaved with the former order (index first): 186 -> 172, 194 -> 177 and 186 -> 176 ms;
-    against SeaweedFS, and for the 2 GiB program, the same within the noise."""
-    progress = locked_progress(progress)
+    Every fetch runs on one ``TaskPool`` (one thread per core for a local store), already
+    running when the member's chunks of ``PACK_BELOW`` bytes or more (never in a pack) are
+    handed to it: they go first, while ``index`` is read and the pack runs are planned on this
+    thread; then the runs, then the small chunks stored on their own (a version pushed before
+    packs), on the same threads. The 10,000-tensor program from a local store, medians of
+    13-15 pulls interleaved in one process: 185-186 ms with the large chunks on a thread of
+    their own that started a pool of its own, then a pool for the runs; 179 ms."""
     with atomic_write(Path(dest), fsync=False) as out:
         out.flush()
-        fd = out.fileno()
-        preallocate(fd, member.size)
-        large = [Part("sha256:" + sha, at, size) for sha, at, size in member.chunk_spans() if size >= PACK_BELOW]
-        if large:
-            with Background(lambda report: _fetch_large(blobs, fd, large, report), progress) as job:
-                _fetch_small(member, blobs, fd, progress, index, job)
-            job.result()
-        else:
-            _fetch_small(member, blobs, fd, progress, index, None)
+        preallocate(out.fileno(), member.size)
+        _fetch_into(out.fileno(), member, blobs, progress, index)
 
 
-def _fetch_large(blobs: BlobStore, fd: int, parts: list[Part], progress: ProgressFn) -> None:
-    """``assemble_member``'s large chunks, written through a duplicate of ``fd`` that this
-    (background) thread owns: should its caller stop waiting for it (a second Ctrl-C while
-    ``Background`` waits) and close ``fd``, what is still written lands in the file it was
-    given, never in a file that reuses the number."""
+def _fetch_into(fd: int, member: Member, blobs: BlobStore, progress: ProgressFn | None,
+                index: IndexSource) -> None:
+    """``assemble_member``'s fetches, written through a duplicate of ``fd`` that the pool
+    closes once its last thread stopped: should the caller stop waiting for them (a second
+    Ctrl-C while the pool's exit waits) and close ``fd``, what is still written lands in this
+    file, never in another that reuses the number."""
     own = os.dup(fd)
-    try:
-        blobs.get_parts(own, parts, progress=progress)
-    finally:
-        os.close(own)
+    workers = min(run_workers(blobs), len(member.chunks))   # no more threads than fetches (a run has a chunk or more)
+    with TaskPool(workers, progress, finish=functools.partial(os.close, own)) as pool:
+        large = _large_parts(member)
+        if large:
+            pool.submit_all(blobs.part_fetches(own, large, progress=pool.progress))
+        packed, rest = member_reads(member, index_of(index))
+        pool.submit_all([functools.partial(read_run, blobs, run, own, progress=pool.progress) for run in packed])
+        small = [p for p in rest if p.size < PACK_BELOW]   # the large ones are under way
+        if small:
+            pool.submit_all(blobs.part_fetches(own, small, progress=pool.progress))
 
 
-def _fetch_small(member: Member, blobs: BlobStore, fd: int, progress: ProgressFn | None, index: IndexSource,
-                 job: Background | None) -> None:
-    """``assemble_member``'s chunks under ``PACK_BELOW`` bytes into ``fd``: those in packs, then
-    the others; ``job`` (fetching the large ones) checked between the two."""
-    check = job.check if job is not None else (lambda: None)
-    packed, own = member_reads(member, index_of(index))
-    own = [p for p in own if p.size < PACK_BELOW]   # the large ones are the job's
-    check()
-    if packed:
-        read_runs(blobs, fd, packed, progress=progress)
-        check()
-    if own:
-        blobs.get_parts(fd, own, progress=progress)
+def _large_parts(member: Member) -> list[Part]:
+    """The member's chunks of ``PACK_BELOW`` bytes or more (never in a pack), in member order
+    (a 10,000-chunk list filtered in C: 0.5 ms, against 1.8 ms through ``chunk_spans``)."""
+    if not member.chunks:
+        return []
+    shas, sizes = zip(*member.chunks)
+    big = list(compress(range(len(sizes)), map(PACK_BELOW.__le__, sizes)))
+    if not big:
+        return []
+    offsets = list(accumulate(sizes, initial=0))
+    return [Part("sha256:" + shas[i], offsets[i], sizes[i]) for i in big]
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,
@@ -434,8 +433,7 @@ def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progre
         elif progress:
             progress(m.size)
         files[m.path] = path
-    if not cache.has(manifest.digest):
-        cache.put_stream(manifest.digest, io.BytesIO(manifest.canonical))
+    cache.put_manifest(manifest)
     return files
 
 

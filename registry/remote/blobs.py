@@ -19,6 +19,7 @@ token): those methods raise ``UsageError``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -37,6 +38,7 @@ from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, a
 from ..digests import sha256_bytes
 from ..constants import VERSION
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
+from ..parallel import run_calls
 from ..refs import validate_digest
 from .http import ATTEMPTS, BACKOFF, TIMEOUT, HttpClient, without_query, same_origin
 from .meta import SERVER_SIDE_HINT
@@ -275,12 +277,21 @@ class HttpBlobStore:
                   on_done: Callable[[int], None] | None = None) -> None:
         """Download blobs into ranges of the open file ``fd``, several at once, each hashed
         while it streams and verified before ``on_done(i)``."""
+        stop = threading.Event()
+        run_calls(self._fetches(fd, parts, progress, on_done, stop), self._transfers, on_error=stop.set)
+
+    def part_fetches(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
+                     on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
+        """``get_parts``' calls, one per part (the server asked where they all are, once, here)."""
+        return self._fetches(fd, parts, progress, on_done, threading.Event())
+
+    def _fetches(self, fd: int, parts: Sequence[Part], progress: ProgressFn | None,
+                 on_done: Callable[[int], None] | None, stop: threading.Event) -> list[Callable[[], None]]:
         progress = locked_progress(progress)
         targets = self.download_targets(p.digest for p in parts)
-        stop = threading.Event()
 
-        def one(item: tuple[int, Part]) -> None:
-            i, part = item
+        def one(i: int) -> None:
+            part = parts[i]
             target = targets[part.digest]
             if target.size != part.size:
                 raise IntegrityError(f"blob {part.digest} has {target.size} bytes, expected {part.size}",
@@ -291,7 +302,7 @@ class HttpBlobStore:
             if on_done is not None:
                 on_done(i)
 
-        run_parallel(one, list(enumerate(parts)), self._transfers, on_error=stop.set)
+        return [functools.partial(one, i) for i in range(len(parts))]
 
     def get_file(self, digest: str, dest: str | os.PathLike, *, progress: ProgressFn | None = None) -> None:
         """Download to ``dest`` atomically, verifying the digest on the way."""

@@ -341,7 +341,7 @@ def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
     before it may be: the file is discarded); ``checked`` hears of each chunk up to it."""
     import random
 
-    from registry.blobs.packed import _read_run
+    from registry.blobs.packed import read_run
 
     pack, run, size = _random_run(random.Random(99))
     bad = next(i for i in range(20, len(run.chunks)) if run.chunks[i][1] != run.chunks[i - 1][1])  # not a repeat
@@ -353,7 +353,7 @@ def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
     fd = os.open(path, os.O_RDWR)
     try:
         with pytest.raises(IntegrityError, match=f"chunk sha256:{hex_} read from pack .* at offset {at} "):
-            _read_run(_Pieces(bytes(broken), [piece]), run, fd)
+            read_run(_Pieces(bytes(broken), [piece]), run, fd)
     finally:
         os.close(fd)
     out = path.read_bytes()
@@ -361,7 +361,7 @@ def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
         assert out[c[3]:c[3] + c[2]] == b"\0" * c[2]
     seen = []
     with pytest.raises(IntegrityError):
-        _read_run(_Pieces(bytes(broken), [piece]), run, None, checked=lambda t, ok: seen.append((t, ok)))
+        read_run(_Pieces(bytes(broken), [piece]), run, None, checked=lambda t, ok: seen.append((t, ok)))
     assert seen == [(c[4], True) for c in run.chunks[:bad]] + [(tag, False)]
 
 
@@ -369,7 +369,7 @@ def test_a_store_that_sends_less_than_the_run_is_refused(tmp_path):
     """A store that ends early without an error (it must not): the chunks not sent are named."""
     import random
 
-    from registry.blobs.packed import _read_run
+    from registry.blobs.packed import read_run
 
     pack, run, _ = _random_run(random.Random(5))
 
@@ -378,7 +378,7 @@ def test_a_store_that_sends_less_than_the_run_is_refused(tmp_path):
             super().read_range_into(digest, offset, length - 10, out)
 
     with pytest.raises(IntegrityError, match="was not in the bytes the store sent"):
-        _read_run(Short(pack, [4096]), run, None)
+        read_run(Short(pack, [4096]), run, None)
 
 
 def test_a_server_older_than_packs_means_no_packs(tmp_path):

@@ -3,6 +3,7 @@ and the push/pull flows of ``registry.client.transfer`` (a member is its chunks:
 on its own, on every core; no whole-member hash)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -14,6 +15,7 @@ import pytest
 
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
+from registry.format.packs import PackIndex
 from registry.errors import IntegrityError
 from registry.client.transfer import assemble_member, plan_upload, upload_plan
 from registry.format.manifest import Member
@@ -81,12 +83,10 @@ def test_stretches_cut_where_parts_stop_lying_back_to_back():
         assert [list(s) for s in stretches(parts)] == want
 
 
-def test_background_work_stops_at_its_next_progress_once_the_block_fails():
-    """``Background``: the work runs beside the block; its result (or error) after it; when the
-    block raises, the work's next progress report raises instead, so a long transfer ends
-    there and the block's exit does not wait for the rest of it."""
-    import threading
-    import time
+def test_background_gives_its_result_after_the_block_and_its_error_as_soon_as_it_failed():
+    """``Background``, a ``TaskPool`` of one task: its result after the block; its error at
+    ``check()`` in the block, else at the block's end; stopped by the block's failure (the
+    rest of its behaviour is the pool's, tested below)."""
     from concurrent.futures import CancelledError
 
     from registry.parallel import Background
@@ -111,34 +111,86 @@ def test_background_work_stops_at_its_next_progress_once_the_block_fails():
     assert len(steps) < 200
     with pytest.raises(CancelledError):
         job.result()
-    with Background(lambda report: 1 / 0, None) as job:
-        time.sleep(0.05)
-        with pytest.raises(ZeroDivisionError):
-            job.check()                      # seen in the block, as soon as it failed
+    with pytest.raises(ZeroDivisionError):   # from the block's end, had the block not asked
+        with Background(lambda report: 1 / 0, None) as job:
+            time.sleep(0.05)
+            with pytest.raises(ZeroDivisionError):
+                job.check()                  # seen in the block, as soon as it failed
     with pytest.raises(ZeroDivisionError):
         job.result()
-    with pytest.raises(KeyError) as info:    # the block's own failure carries the work's as a note
-        with Background(lambda report: 1 / 0, None) as job:
+
+
+def test_task_pool_runs_what_the_block_hands_it_and_stops_at_the_first_failure():
+    """``TaskPool``: tasks run on its threads while the block goes on; the first failure drops
+    the tasks not started, stops the running ones at their next progress report, and is
+    raised by ``submit`` and by the block's exit; ``finish`` runs once, after the last thread."""
+    from concurrent.futures import CancelledError
+
+    from registry.parallel import TaskPool
+
+    seen, finished = [], []
+    with TaskPool(3, seen.append, finish=lambda: finished.append(threading.active_count())) as pool:
+        assert len(pool._threads) == 3 and all(t.is_alive() for t in pool._threads)
+        pool.submit_all([functools.partial(pool.progress, n) for n in range(1, 11)])
+    assert sorted(seen) == list(range(1, 11)) and len(finished) == 1
+    assert not any(t.is_alive() for t in pool._threads)
+
+    started, steps, ran = threading.Event(), [], []
+
+    def long_transfer():
+        started.set()
+        for _ in range(1000):
+            time.sleep(0.005)
+            pool.progress(1)
+            steps.append(1)
+
+    def fail():
+        started.wait(5)
+        raise ZeroDivisionError("the chunk did not match")
+    finished.clear()
+    with pytest.raises(ZeroDivisionError):
+        with TaskPool(2, None, finish=lambda: finished.append(1)) as pool:
+            pool.submit(long_transfer)
+            pool.submit(fail)
+            deadline = time.monotonic() + 5
+            while pool._error is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            pool.submit(lambda: ran.append(1))   # raises: the pool failed
+    assert len(steps) < 200 and not ran and finished == [1]
+
+    # the block fails: the running task stops at its next report, the block's error stands
+    steps.clear()
+    started.clear()
+    with pytest.raises(KeyError) as info:
+        with TaskPool(2, None) as pool:
+            pool.submit(long_transfer)
+            started.wait(5)
+            raise KeyError("the pack index is invalid")
+    assert len(steps) < 200 and not getattr(info.value, "__notes__", None)
+    assert isinstance(pool._error, CancelledError)
+    with pytest.raises(KeyError) as info:    # a real failure meanwhile is a note on it
+        with TaskPool(2, None) as pool:
+            pool.submit(lambda: 1 / 0)
             time.sleep(0.05)
             raise KeyError("the plan failed")
     assert any("division by zero" in note for note in info.value.__notes__)
 
-    # Ctrl-C while the block's end waits for the work: the work stops too
+    # Ctrl-C while the block's end waits: the tasks stop too
     steps.clear()
     started.clear()
     with pytest.raises(KeyboardInterrupt):
-        with Background(long_transfer, None) as job:
+        with TaskPool(2, None) as pool:
+            pool.submit(long_transfer)
             started.wait(5)
-            real_join, calls = job._thread.join, []
+            real_join, calls = pool._threads[0].join, []
 
             def interrupted_join(*args):
                 calls.append(1)
                 if len(calls) == 1:
                     raise KeyboardInterrupt
                 return real_join(*args)
-            job._thread.join = interrupted_join
-    assert len(steps) < 200 and not job._thread.is_alive()
-
+            pool._threads[0].join = interrupted_join
+    assert len(steps) < 200 and not any(t.is_alive() for t in pool._threads)
 
 # -- the parallel hashing engine ---------------------------------------------------------------
 
@@ -233,15 +285,18 @@ def test_upload_then_assemble_round_trip(tmp_path, monkeypatch, parallel):
     assert dest.read_bytes() == body
 
 
-def _watch_get_parts(store):
-    """``store.get_parts`` noting the sizes of each call's parts, and an event set at the first."""
-    calls, started, real = [], threading.Event(), store.get_parts
+def _watch_fetches(store):
+    """``store.part_fetches`` noting the size of each part as its fetch starts, and an event set
+    at the first."""
+    calls, started, real = [], threading.Event(), store.part_fetches
 
-    def get_parts(fd, parts, **kwargs):
-        calls.append(sorted(p.size for p in parts))
-        started.set()
-        return real(fd, parts, **kwargs)
-    store.get_parts = get_parts
+    def part_fetches(fd, parts, **kwargs):
+        def watched(part, fetch):
+            calls.append(part.size)
+            started.set()
+            fetch()
+        return [functools.partial(watched, p, f) for p, f in zip(parts, real(fd, parts, **kwargs))]
+    store.part_fetches = part_fetches
     return calls, started
 
 
@@ -253,7 +308,7 @@ def test_a_pull_reads_the_pack_index_while_the_large_chunks_come(tmp_path):
     bundle, member, body = _chunked(tmp_path)
     upload_bundle(bundle, store, None)
     index = pack_index(bundle, store)
-    calls, started = _watch_get_parts(store)
+    calls, started = _watch_fetches(store)
 
     def read_index():
         assert started.wait(5), "the pack index was read before the large chunks were started"
@@ -263,7 +318,7 @@ def test_a_pull_reads_the_pack_index_while_the_large_chunks_come(tmp_path):
     assemble_member(member, store, dest, seen.append, read_index)
     assert dest.read_bytes() == body
     assert sum(seen) == len(body)
-    assert calls == [[70_000, 900_000, 1_000_000]]   # the large ones, each once; the small one from its pack
+    assert sorted(calls) == [70_000, 900_000, 1_000_000]   # the large ones, each once; the small one from its pack
 
 
 def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_path):
@@ -271,7 +326,7 @@ def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_p
     store = LocalBlobStore(tmp_path / "store")
     bundle, member, _body = _chunked(tmp_path)
     upload_bundle(bundle, store, None)
-    _calls, started = _watch_get_parts(store)
+    _calls, started = _watch_fetches(store)
 
     def read_index():
         assert started.wait(5)
@@ -283,30 +338,33 @@ def test_a_pack_index_that_does_not_read_fails_the_pull_and_leaves_nothing(tmp_p
 
 
 def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(tmp_path):
-    """A second Ctrl-C can make the caller stop waiting for the large chunks and close the file;
-    the background thread still writes into that file (its own duplicate of the descriptor),
-    never into another file that got the same descriptor number."""
-    from registry.client.transfer import _fetch_large
+    """A second Ctrl-C can make the caller stop waiting for the pool and close the file; a
+    fetch still running writes into that file (the pool's own duplicate of the descriptor,
+    closed after its last thread), never into another file that got the same number."""
+    from registry.client.transfer import _fetch_into
 
     entered, gate = threading.Event(), threading.Event()
 
     class Slow:
-        def get_parts(self, fd, parts, progress=None):
-            entered.set()
-            gate.wait(5)
-            os.pwrite(fd, b"late", 0)
+        def part_fetches(self, fd, parts, progress=None):
+            def fetch():
+                entered.set()
+                gate.wait(5)
+                os.pwrite(fd, b"late", 0)
+            return [fetch]
 
+    member = SimpleNamespace(chunks=(("ab" * 32, 5 * 1024 * 1024),))
     dest = tmp_path / "member"
     fd = os.open(dest, os.O_RDWR | os.O_CREAT)
-    worker = threading.Thread(target=_fetch_large, args=(Slow(), fd, [], lambda n: None))
-    worker.start()
+    caller = threading.Thread(target=_fetch_into, args=(fd, member, Slow(), None, PackIndex()))
+    caller.start()
     assert entered.wait(5)
     os.close(fd)
     other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)
     try:
         assert other == fd   # the lowest free number: the one just closed
         gate.set()
-        worker.join(5)
+        caller.join(5)
         assert os.pread(other, 16, 0) == b""
         assert dest.read_bytes() == b"late"
     finally:
