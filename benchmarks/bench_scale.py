@@ -30,7 +30,9 @@ rss    peak RSS (VmHWM) of a fresh process doing one operation (``_scale_worker.
        that of a process with the same imports doing nothing. Its pushes have no verdict (the
        program check runs): the larger peak of the two.
 growth bytes the blob store grows by when the fine-tune is pushed after the base, as % of the
-       fine-tune bundle's size (and, for reference, the share of bytes the fine-tune changed).
+       fine-tune bundle's size (and, for reference, the share of bytes the fine-tune changed);
+       and a bound for a store that is not built: the changed weight records kept as their XOR
+       with the base's, byte-shuffled and compressed (zlib, lzma), against the bundle.
 Then "scaling": seconds per GiB of every operation on the 200 MiB program against the 2 GiB one
 (the ratio is the 10,000-tensor program's per-byte cost over the 1,000-tensor one's).
 
@@ -429,7 +431,44 @@ def part_growth(p: Program) -> dict[str, Any]:
     return {"store_after_base": before, "store_after_ft": after, "ft_bundle": p.ft_bundle.stat().st_size,
             "uploaded_ft": ft.uploaded_bytes, "skipped_ft": ft.skipped_bytes,
             "ft_changed_tensors": p.files.info["ft_changed_tensors"],
-            "ft_changed_bytes": p.files.info["ft_changed_bytes"]}
+            "ft_changed_bytes": p.files.info["ft_changed_bytes"], "delta_bound": delta_bound(p.files.base, p.files.ft)}
+
+
+def _shuffled(data: bytes) -> bytes:
+    """The bytes of each fp32 value in four planes (every first byte, then every second, ...)."""
+    import numpy as np
+
+    return np.frombuffer(data, dtype=np.uint8).reshape(-1, 4).T.tobytes()
+
+
+def delta_bound(base: Path, ft: Path) -> dict[str, Any]:
+    """A bound, not a feature: what a store that kept each changed chunk as a compressed delta
+    against its parent's would add for the fine-tune. Every weight record whose bytes differ
+    between the two programs (the same module exported twice: the same record names under
+    each archive's folder), as the XOR with the base's, byte-shuffled, compressed by zlib and
+    lzma; and the new bytes compressed alone, for reference. Sizes in bytes."""
+    import lzma
+    import zipfile
+    import zlib
+
+    import numpy as np
+
+    out = {"changed": 0, "xor_zlib": 0, "xor_lzma": 0, "new_shuffled_zlib": 0, "new_zlib": 0}
+    with zipfile.ZipFile(base) as zb, zipfile.ZipFile(ft) as zf:
+        def inside(names: list[str]) -> dict[str, str]:   # the archive's folder is its file's stem
+            return {n.split("/", 1)[1]: n for n in names if "/" in n}
+        old, new = inside(zb.namelist()), inside(zf.namelist())
+        for name in sorted(n for n in old if n.startswith(("data/weights/", "data/constants/")) and n in new):
+            a, b = zb.read(old[name]), zf.read(new[name])
+            if a == b or len(a) != len(b) or len(a) % 4:
+                continue
+            xor = _shuffled((np.frombuffer(a, dtype=np.uint32) ^ np.frombuffer(b, dtype=np.uint32)).tobytes())
+            out["changed"] += len(a)
+            out["xor_zlib"] += len(zlib.compress(xor, 6))
+            out["xor_lzma"] += len(lzma.compress(xor, preset=6))
+            out["new_shuffled_zlib"] += len(zlib.compress(_shuffled(b), 6))
+            out["new_zlib"] += len(zlib.compress(b, 6))
+    return out
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -505,6 +544,16 @@ def rows_for(p: Program, res: dict[str, Any]) -> list[Row]:
                         pct, unit="%", target=f"<= {TARGET_GROWTH:g}%", ok=pct <= TARGET_GROWTH,
                         note=f"+{(g['store_after_ft'] - g['store_after_base']) / MiB:.1f} MiB; the changed tensors "
                              f"hold {ideal:.1f}% of the bytes ({gib:.2f} GiB program)"))
+        d = g["delta_bound"]
+        if d["changed"]:
+            def share(n: int) -> str:
+                return f"{100 * n / d['changed']:.1f}% ({100 * n / g['ft_bundle']:.2f}% of the bundle)"
+            rows.append(Row(f"{p.label}: the changed weights as a delta store could keep them (bound, not built: "
+                            f"XOR with the parent's, byte-shuffled, zlib; % of bundle)",
+                            100 * d["xor_zlib"] / g["ft_bundle"], unit="%",
+                            note=f"of the changed bytes: XOR + zlib {share(d['xor_zlib'])}, XOR + lzma "
+                                 f"{share(d['xor_lzma'])}; the new bytes alone, shuffled + zlib "
+                                 f"{share(d['new_shuffled_zlib'])}, zlib {share(d['new_zlib'])}; information"))
     return rows
 
 
