@@ -548,6 +548,7 @@ class TaskPool:
         self._error: BaseException | None = None
         self._threads: list[threading.Thread] = []
         self._live = 0
+        self._closed = False
         self._workers = max(1, workers)
         stop, locked = self._stop, locked_progress(progress)
 
@@ -598,13 +599,15 @@ class TaskPool:
                 thread = threading.Thread(target=self._run, args=(started,), name="pt2reg-worker", daemon=True)
                 with self._lock:
                     self._live += 1
+                self._threads.append(thread)   # before start: Ctrl-C inside start() may come once it runs
                 try:
                     thread.start()
                 except BaseException:
-                    with self._lock:
-                        self._live -= 1
+                    if thread.ident is None:   # it never ran
+                        self._threads.pop()
+                        with self._lock:
+                            self._live -= 1
                     raise
-                self._threads.append(thread)
             for _ in self._threads:
                 started.acquire()
         except BaseException:   # no thread, or interrupted: stop those that run, then finish
@@ -616,7 +619,10 @@ class TaskPool:
         return self
 
     def submit(self, task: Callable[[], Any]) -> None:
-        """Run ``task()`` on the next free thread; raises the pool's failure if it failed."""
+        """Run ``task()`` on the next free thread; raises the pool's failure if it failed
+        (``RuntimeError`` once the block ended: nothing would run it)."""
+        if self._closed:
+            raise RuntimeError("TaskPool.submit after its with block")
         self.check()
         self._queue.put(task)
 
@@ -630,6 +636,7 @@ class TaskPool:
             raise self._error
 
     def _close(self) -> None:
+        self._closed = True
         for _ in self._threads:
             self._queue.put(None)
         try:
@@ -674,7 +681,11 @@ class Background(TaskPool):
 
     def __enter__(self) -> "Background":
         super().__enter__()
-        self.submit(lambda: self._value.append(self._work(self.progress)))
+        try:
+            self.submit(lambda: self._value.append(self._work(self.progress)))
+        except BaseException as exc:   # Ctrl-C right here: the thread is not left waiting for work
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def result(self) -> Any:

@@ -106,7 +106,10 @@ class BlobStore(Protocol):
         range of ``fd``, verified, then ``on_done(i)``; for a caller that runs them on threads
         of its own, among other work (a pull's pack reads: ``client.transfer.assemble_member``).
         Whatever the parts need first (a remote store asks its server where they are) is done
-        here, once."""
+        here, once. The caller stops them through ``progress`` (raising there, as a
+        ``parallel.TaskPool``'s does once it failed): unlike ``get_parts``, which also cuts
+        the transfers under way, a call goes on to its next progress report (one read of a
+        few hundred KiB), or to the end of a retry's wait."""
 
     def exists(self, digest: str) -> bool:
         """True when the blob is stored."""

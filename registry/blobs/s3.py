@@ -327,9 +327,10 @@ class S3BlobStore:
 
     def part_fetches(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
                      on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
-        """``get_parts``' calls, one per part, for a caller that runs them itself; a blob over
-        the streaming limit (a multipart threshold set below the chunk size) brings its own
-        s3transfer download."""
+        """``get_parts``' calls, one per part, for a caller that runs them itself. A blob over
+        the streaming limit (a multipart threshold set below the chunk size) goes through an
+        s3transfer download of its own, one at a time (each such download holds its window of
+        ``max_concurrency + 2`` parts: however many threads call, memory stays that bound)."""
         return self._fetches(fd, parts, progress, on_done, _Inflight(), None)
 
     def _fetches(self, fd: int, parts: Sequence[Part], progress: ProgressFn | None,
@@ -337,11 +338,12 @@ class S3BlobStore:
                  manager: TransferManager | None) -> list[Callable[[], None]]:
         _limit_malloc_arenas()
         progress = locked_progress(progress)
+        one_big = threading.Lock()   # without ``manager``: the blobs over the streaming limit, one at a time
 
         def one(i: int) -> None:
             part = parts[i]
             if manager is None and part.size > self._stream_limit:
-                with self._transfer_manager(download=True) as own:
+                with one_big, self._transfer_manager(download=True) as own:
                     self._get_part(fd, part, progress, inflight, own)
             else:
                 self._get_part(fd, part, progress, inflight, manager)

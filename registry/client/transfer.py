@@ -385,8 +385,8 @@ def _fetch_into(fd: int, member: Member, blobs: BlobStore, progress: ProgressFn 
     closes once its last thread stopped: should the caller stop waiting for them (a second
     Ctrl-C while the pool's exit waits) and close ``fd``, what is still written lands in this
     file, never in another that reuses the number."""
-    own = os.dup(fd)
     workers = min(run_workers(blobs), len(member.chunks))   # no more threads than fetches (a run has a chunk or more)
+    own = os.dup(fd)
     with TaskPool(workers, progress, finish=functools.partial(os.close, own)) as pool:
         large = _large_parts(member)
         if large:

@@ -239,6 +239,32 @@ class BlobStoreContract:
         assert sorted(done) == list(range(len(parts)))
         assert sum(seen) == len(body)
 
+    def test_part_fetches_are_get_parts_one_call_each_in_any_order(self, store, tmp_path):
+        """What ``get_parts`` runs, handed out: each call fetches its part, verified, into its
+        place, whatever thread runs it and in whatever order; a damaged blob fails its own call."""
+        from registry.parallel import run_calls
+
+        src, pieces, parts = self._batch(tmp_path)
+        store.put_parts(src, parts)
+        body = b"".join(pieces)
+        placed, offset = [], 0
+        for part in parts:
+            placed.append(Part(part.digest, offset, part.size))
+            offset += part.size
+        done, seen = [], []
+        with open(tmp_path / "out", "wb") as f:
+            calls = store.part_fetches(f.fileno(), placed, progress=seen.append, on_done=done.append)
+            assert len(calls) == len(placed)
+            run_calls(calls[::-1], 3)
+        assert (tmp_path / "out").read_bytes() == body
+        assert sorted(done) == list(range(len(parts))) and sum(seen) == len(body)
+        self.corrupt(store, parts[-1].digest, pieces[-1][:-1] + bytes([pieces[-1][-1] ^ 1]))
+        with open(tmp_path / "out2", "wb") as f:
+            calls = store.part_fetches(f.fileno(), placed)
+            calls[0]()
+            with pytest.raises(IntegrityError, match=f"blob {parts[-1].digest}"):
+                calls[-1]()
+
     @pytest.mark.parametrize("evil", [b"tampered", None], ids=["other-size", "same-size"])
     def test_get_parts_detects_corruption(self, store, tmp_path, evil):
         src, pieces, parts = self._batch(tmp_path)

@@ -157,6 +157,36 @@ class TestMotoSpecifics:
         assert (tmp_path / "out").read_bytes() == body
         assert calls.counts == {"GetObject": 4}  # no HEAD, one GET per blob
 
+    def test_part_fetches_take_blobs_over_the_streaming_limit_one_at_a_time(self, moto_s3, tmp_path, monkeypatch):
+        """With the multipart threshold below the chunk size, each blob over it goes through an
+        s3transfer download of its own window: however many threads run the calls, one at a
+        time (memory stays one window)."""
+        import threading
+        import time
+
+        from registry.parallel import run_calls
+
+        store = S3BlobStore(f"s3://{moto_s3}/p", client=raw_client(), **SMALL_PARTS)
+        body, parts = self._stored_parts(store, tmp_path, [6 * MiB, 6 * MiB + 1, 7 * MiB, 100, 200])
+        lock, now, most, real = threading.Lock(), [0, 0], [0, 0], store._get_part
+
+        def watched(fd, part, progress, inflight, manager):
+            big = int(manager is not None)
+            with lock:
+                now[big] += 1
+                most[big] = max(most[big], now[big])
+            time.sleep(0.05)
+            try:
+                return real(fd, part, progress, inflight, manager)
+            finally:
+                with lock:
+                    now[big] -= 1
+        monkeypatch.setattr(store, "_get_part", watched)
+        with open(tmp_path / "out", "wb") as f:
+            run_calls(store.part_fetches(f.fileno(), parts), 5)
+        assert (tmp_path / "out").read_bytes() == body
+        assert most[1] == 1   # the three big ones one by one
+
     def test_get_parts_resumes_a_cut_off_body_from_the_next_byte(self, moto_s3, tmp_path, monkeypatch):
         from botocore.exceptions import ResponseStreamingError
 

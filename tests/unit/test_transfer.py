@@ -192,6 +192,34 @@ def test_task_pool_runs_what_the_block_hands_it_and_stops_at_the_first_failure()
             pool._threads[0].join = interrupted_join
     assert len(steps) < 200 and not any(t.is_alive() for t in pool._threads)
 
+
+def test_task_pool_interrupted_while_starting_leaves_no_thread_and_finishes(monkeypatch):
+    """Ctrl-C inside ``Thread.start`` once the thread runs (its wait for the thread's first
+    line): that thread is stopped with the others, ``finish`` runs once; and nothing can be
+    handed to a pool after its block."""
+    from registry.parallel import TaskPool
+
+    real_start, starts, finished = threading.Thread.start, [], []
+
+    def start(thread):
+        real_start(thread)
+        starts.append(thread)
+        if len(starts) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        with TaskPool(3, None, finish=lambda: finished.append(1)):
+            raise AssertionError("the block does not run")
+    monkeypatch.undo()
+    for thread in starts:
+        thread.join(5)
+    assert len(starts) == 2 and not any(t.is_alive() for t in starts) and finished == [1]
+
+    with TaskPool(2, None) as pool:
+        pass
+    with pytest.raises(RuntimeError, match="after its with block"):
+        pool.submit(lambda: None)
+
 # -- the parallel hashing engine ---------------------------------------------------------------
 
 def test_hash_ranges_match_hashlib_and_copy_exactly(tmp_path):
