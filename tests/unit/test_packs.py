@@ -255,30 +255,37 @@ class _Pieces:
             at += n
 
 
-def _random_run(rng, count: int = 60):
+def _random_run(rng, count: int = 60, back_to_back: bool = False):
     """A pack of ``count`` chunks under 64 KiB with gaps between some, a run over some of them
-    (some twice: a tensor a member repeats) and where each lands in the member."""
+    (some twice: a tensor a member repeats) and where each lands in the member. ``back_to_back``:
+    a pull's usual run instead, every chunk in pack order, back to back in the pack and in the
+    member but for a few breaks (``_RunWriter`` takes such stretches at once)."""
     from registry.blobs.packed import PackRun
+
+    def gap(choices: list[int]) -> int:
+        return (5 if rng.random() < 0.07 else 0) if back_to_back else rng.choice(choices)
 
     pack, chunks = bytearray(), []
     for tag in range(count):
-        pack += rng.randbytes(rng.choice([0, 0, 0, 5, 4000]))         # a gap (another member's chunk)
+        pack += rng.randbytes(gap([0, 0, 0, 5, 4000]))         # a gap (another member's chunk)
         size = rng.choice([1, 17, 700, 9000, 65_535])
         at = len(pack)
         pack += rng.randbytes(size)
         chunks.append((hashlib.sha256(pack[at:]).hexdigest(), at, size))
-    picked = sorted(rng.sample(chunks, count // 2) + rng.sample(chunks, 3), key=lambda c: c[1])
+    picked = chunks if back_to_back else sorted(rng.sample(chunks, count // 2) + rng.sample(chunks, 3),
+                                                key=lambda c: c[1])
     dest, run = 0, []
     for tag, (hex_, at, size) in enumerate(picked):
-        dest += rng.choice([0, 0, 3])
+        dest += gap([0, 0, 3])
         run.append((hex_, at, size, dest, tag))
         dest += size
     start, end = run[0][1], max(c[1] + c[2] for c in run)
     return bytes(pack), PackRun(d(bytes(pack)), start, end, run), dest
 
 
+@pytest.mark.parametrize("back_to_back", [False, True], ids=["scattered", "back-to-back"])
 @pytest.mark.parametrize("seed", range(40))
-def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, seed):
+def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, seed, back_to_back):
     """``read_runs`` takes a run's bytes in whatever pieces the store sends (a chunk cut by a
     piece boundary, a piece of one byte, the whole run at once): every chunk is written at its
     place, exactly its bytes, reported done once, and progress adds up to what was written."""
@@ -287,7 +294,7 @@ def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, s
     from registry.blobs.packed import read_runs
 
     rng = random.Random(seed)
-    pack, run, size = _random_run(rng)
+    pack, run, size = _random_run(rng, back_to_back=back_to_back)
     sizes = rng.choice([[1, 2, 3, 5000], [700], [65_536], [1 << 20], [rng.randint(1, 100_000) for _ in range(50)]])
     store = _Pieces(pack, sizes)
     path = tmp_path / "out"
@@ -335,15 +342,16 @@ def test_a_chunk_inside_another_is_read_from_what_was_kept(tmp_path, piece):
     assert sorted(done) == list(range(len(spans)))
 
 
+@pytest.mark.parametrize("back_to_back", [False, True], ids=["scattered", "back-to-back"])
 @pytest.mark.parametrize("piece", [1, 1000, 1 << 20])
-def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece):
+def test_a_bad_chunk_in_a_run_stops_it_before_it_is_written(tmp_path, piece, back_to_back):
     """The chunk that does not match raises; neither it nor any chunk after it is written (those
     before it may be: the file is discarded); ``checked`` hears of each chunk up to it."""
     import random
 
     from registry.blobs.packed import read_run
 
-    pack, run, size = _random_run(random.Random(99))
+    pack, run, size = _random_run(random.Random(99), back_to_back=back_to_back)
     bad = next(i for i in range(20, len(run.chunks)) if run.chunks[i][1] != run.chunks[i - 1][1])  # not a repeat
     hex_, at, n, dest, tag = run.chunks[bad]
     broken = bytearray(pack)
