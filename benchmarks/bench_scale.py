@@ -514,7 +514,7 @@ def _new_metadata(base_bundle: Path, ft_bundle: Path, weights: set[str]) -> tupl
         had = {sha for m in old.members for sha, _ in m.chunks} | {m.sha256 for m in old.members if not m.chunks}
         pieces = [raw]
         for m in new.members:
-            spans = [(sha, at, n) for sha, at, n in m.chunk_spans()] if m.chunks else [(m.sha256, 0, m.size)]
+            spans = m.chunk_spans() if m.chunks else [(m.sha256, 0, m.size)]
             fresh = [(at, at + n) for sha, at, n in spans if sha not in had]
             if not fresh:
                 continue

@@ -182,7 +182,7 @@ def bundle_parts(bundle: BundleFile) -> tuple[list[Part], list[Part]]:
         if not m.chunks:
             large.append(Part(m.digest, offset, m.size))
             continue
-        shas, ats, sizes = zip(*m.chunk_spans())
+        shas, sizes, ats = m.chunk_columns
         for part in map(tuple.__new__, repeat(Part), zip(map("sha256:".__add__, shas), map(offset.__add__, ats), sizes)):
             if part[2] >= PACK_BELOW:
                 large.append(part)
@@ -307,8 +307,7 @@ def member_reads(member: Member, index: PackIndex) -> tuple[list[PackRun], list[
     chunk or a sort: a pull of a 10,000-tensor program does this once. A chunk is read from a
     pack when the index lists it there at its size; one listed at several places of the member
     is read from its pack for each of them."""
-    shas, sizes = (list(column) for column in zip(*member.chunks)) if member.chunks else ([], [])
-    offsets = list(accumulate(sizes, initial=0))[:-1]
+    shas, sizes, offsets = member.chunk_columns
     if not index:
         return [], list(map(Part, map("sha256:".__add__, shas), offsets, sizes))
     first = dict(zip(reversed(shas), range(len(shas) - 1, -1, -1)))   # sha256 hex -> its first place
@@ -400,15 +399,10 @@ def _fetch_into(fd: int, member: Member, blobs: BlobStore, progress: ProgressFn 
 
 def _large_parts(member: Member) -> list[Part]:
     """The member's chunks of ``PACK_BELOW`` bytes or more (never in a pack), in member order
-    (a 10,000-chunk list filtered in C: 0.5 ms, against 1.8 ms through ``chunk_spans``)."""
-    if not member.chunks:
-        return []
-    shas, sizes = zip(*member.chunks)
-    big = list(compress(range(len(sizes)), map(PACK_BELOW.__le__, sizes)))
-    if not big:
-        return []
-    offsets = list(accumulate(sizes, initial=0))
-    return [Part("sha256:" + shas[i], offsets[i], sizes[i]) for i in big]
+    (a 10,000-chunk list filtered in C, no step per chunk)."""
+    shas, sizes, offsets = member.chunk_columns
+    return [Part("sha256:" + shas[i], offsets[i], sizes[i])
+            for i in compress(range(len(sizes)), map(PACK_BELOW.__le__, sizes))]
 
 
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,

@@ -21,6 +21,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from importlib import resources
+from itertools import accumulate
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Union
 
@@ -152,7 +153,7 @@ def _validate(raw: Any, columns: _Columns) -> list[str]:
     for i, m in enumerate(raw["members"]):  # a chunked member's integrity is its chunk list: it must tile the member
         if "chunks" not in m:
             continue
-        sizes = columns[i][1] if i in columns else list(map(_SIZE, m["chunks"]))
+        sizes = columns[i][1]   # no problem so far: every chunk list was well formed
         if sum(sizes) != m["size"]:
             problems.append(f"members/{m['path']}: chunks do not tile the member (their sizes add up to "
                             f"{sum(sizes)}, the member has {m['size']} bytes)")
@@ -602,8 +603,7 @@ def _canonical(raw: dict[str, Any], columns: _Columns) -> tuple[bytes, dict[int,
     for i, m in enumerate(members):
         if len(m.get("chunks", ())) > 64:
             mark = f"\x00chunks {nonce} {i}\x00"
-            chunks = tuple(zip(*columns[i])) if i in columns else \
-                tuple(zip(map(_SHA256, m["chunks"]), map(_SIZE, m["chunks"])))
+            chunks = tuple(zip(*columns[i]))
             try:   # each item is exactly {"sha256": hex, "size": int}: orjson writes it the same, 5x faster
                 text_ = orjson.dumps(m["chunks"], option=orjson.OPT_SORT_KEYS)
             except TypeError:   # an integer past 64 bits (not in a valid manifest: members are <= 1 TiB)
@@ -646,13 +646,20 @@ class Member:
         assert self.sha256 is not None  # the schema requires one or the other
         return "sha256:" + self.sha256
 
+    @cached_property
+    def chunk_columns(self) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+        """The chunks as three columns, in order: sha256 hexes, sizes, and offsets in the
+        member (made once, in C: a pull reads them for its large chunks and again to plan its
+        pack reads)."""
+        if not self.chunks:
+            return (), (), ()
+        shas, sizes = zip(*self.chunks)
+        return shas, sizes, tuple(accumulate(sizes, initial=0))[:-1]
+
     def chunk_spans(self) -> list[tuple[str, int, int]]:
         """(sha256 hex, offset in the member, size) of each chunk, in order."""
-        out, pos = [], 0
-        for sha, n in self.chunks:
-            out.append((sha, pos, n))
-            pos += n
-        return out
+        shas, sizes, offsets = self.chunk_columns
+        return list(zip(shas, offsets, sizes))
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], parsed: _ChunkList | None = None) -> "Member":

@@ -370,6 +370,7 @@ def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(t
     fetch still running writes into that file (the pool's own duplicate of the descriptor,
     closed after its last thread), never into another file that got the same number."""
     from registry.client.transfer import _fetch_into
+    from registry.format.manifest import Member
 
     entered, gate = threading.Event(), threading.Event()
 
@@ -381,7 +382,7 @@ def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(t
                 os.pwrite(fd, b"late", 0)
             return [fetch]
 
-    member = SimpleNamespace(chunks=(("ab" * 32, 5 * 1024 * 1024),))
+    member = Member("programs/m.pt2", None, 5 * 1024 * 1024, "program", (("ab" * 32, 5 * 1024 * 1024),))
     dest = tmp_path / "member"
     fd = os.open(dest, os.O_RDWR | os.O_CREAT)
     caller = threading.Thread(target=_fetch_into, args=(fd, member, Slow(), None, PackIndex()))
