@@ -324,9 +324,11 @@ class Flusher:
     been waiting (``sync_file_range``, ``start_writeback``, only starts the writes, it does
     not flush): a 2 GiB bundle spent 1.7-2.0 s in its final ``fsync``, after its last write.
     Flushing while the copy still hashes hides most of it (the local store's push does the
-    same with ``syncfs``). The block's exit waits for a flush under way; a failed flush is
-    raised there (an fsync error is reported once: swallowed here, the final ``fsync`` could
-    miss it)."""
+    same with ``syncfs``). Every ``FLUSH_BYTES`` written are flushed here, even those the
+    thread had not woken for when the block ended: the exit waits for that flush (the final
+    ``fsync`` then finds nothing left), so a slow thread start cannot skip every flush. A failed
+    flush is raised at the exit (an fsync error is reported once: swallowed here, the final
+    ``fsync`` could miss it)."""
 
     def __init__(self, fd: int, every: int | None = None) -> None:
         self._fd, self._every = fd, FLUSH_BYTES if every is None else every
@@ -347,7 +349,7 @@ class Flusher:
             with self._cond:
                 while not self._closing and self._pending < self._every:
                     self._cond.wait()
-                if self._closing:
+                if self._pending < self._every:   # closing, with less than a flush's worth left
                     return
                 self._pending = 0
             try:

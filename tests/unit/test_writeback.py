@@ -101,3 +101,34 @@ def test_a_failed_flush_fails_the_block(tmp_path, monkeypatch):
                 flusher.wrote(10)
                 time.sleep(0.05)
                 raise ValueError("the block's own")
+
+
+class _LateFlusher(parallel.Flusher):
+    """A flusher whose thread wakes after the block has already ended (a slow thread start
+    under the GIL, as when the copy is quicker than the thread)."""
+
+    def _run(self) -> None:
+        time.sleep(0.05)
+        super()._run()
+
+
+def test_a_flush_owed_when_the_block_ends_is_still_made(tmp_path, monkeypatch):
+    """Bytes enough for a flush, written before the thread woke, are flushed at the exit (and
+    a failure there fails the block); less than that is left to the caller's final fsync."""
+    calls = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append(fd))
+    with open(tmp_path / "f", "wb") as f:
+        with _LateFlusher(f.fileno(), every=1000) as flusher:
+            flusher.wrote(1000)
+        assert calls == [f.fileno()]
+        with _LateFlusher(f.fileno(), every=1000) as flusher:
+            flusher.wrote(999)
+        assert calls == [f.fileno()]
+
+        def eio(fd):
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", eio)
+        with pytest.raises(OSError, match="Input/output error"):
+            with _LateFlusher(f.fileno(), every=10) as flusher:
+                flusher.wrote(10)
