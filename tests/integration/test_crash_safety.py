@@ -137,13 +137,7 @@ class Inspector:
     def upload_in_progress(self, digest: str, size: int) -> bool:
         """True when ``digest`` is half uploaded: some bytes written, not all."""
         if self.s3 is None:
-            for path in (self.root / "tmp").glob(digest[7:] + ".*"):
-                try:
-                    if 0 < path.stat().st_size < size:
-                        return True
-                except FileNotFoundError:
-                    pass
-            return False
+            return any(_partly_written(path) for path in (self.root / "tmp").glob(digest[7:] + ".*"))
         for upload in self.uploads():
             if upload["Key"].endswith(digest[7:]):
                 parts = self.s3.list_parts(Bucket=self.bucket, Key=upload["Key"],
@@ -164,6 +158,22 @@ class Inspector:
             return blobs, sum(1 for _ in (self.root / "tmp").glob("*"))
         listing = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=self.top)
         return listing.get("KeyCount", 0), len(self.uploads())
+
+
+def _partly_written(path: Path, samples: int = 16) -> bool:
+    """Whether some of ``path``'s pages already hold data and some are still zeros. The local
+    store gives a temp file its whole size first (``posix_fallocate``) and then fills it, so its
+    size says nothing; the blob (weights) has no page of zeros."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            seen = set()
+            for i in range(samples):
+                f.seek(i * size // samples)
+                seen.add(any(f.read(4096)))
+            return seen == {True, False}
+    except FileNotFoundError:   # renamed into place, or removed, meanwhile
+        return False
 
 
 @dataclass

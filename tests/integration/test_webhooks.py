@@ -23,7 +23,7 @@ from registry.store import open_metadata_store
 from registry.store.migrate import upgrade
 from tests.fixtures_pt2 import run_cli
 from tests.integration.test_audit_head import publish
-from tests.services_server import free_port, make_token, registry_server
+from tests.services_server import make_token, registry_server
 
 pytestmark = [pytest.mark.integration]
 
@@ -47,17 +47,12 @@ def verify_standard_webhook(secret: str, headers: dict[str, str], body: bytes) -
 
 
 class Receiver:
-    """An HTTP server on a fixed port that can be down (not listening) and come up later."""
+    """An HTTP server on a fixed port that is down (bound, so no other socket can take the
+    port, but not listening: connections are refused) until it comes up."""
 
-    def __init__(self, port: int) -> None:
-        self.port, self.got, self._server = port, [], None
+    def __init__(self) -> None:
+        self.got: list[tuple[dict[str, str], bytes]] = []
         self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-    def up(self) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,13 +66,24 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        self._server.server_bind()
+        self.port = self._server.server_address[1]
+        self._serving = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def up(self) -> None:
+        self._server.server_activate()
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serving = True
 
     def down(self) -> None:
-        if self._server is not None:
+        if self._serving:   # shutdown() waits for a serve_forever loop
             self._server.shutdown()
-            self._server.server_close()
+        self._server.server_close()
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
         with self.lock:
@@ -115,7 +121,7 @@ def test_webhooks_signed_retried_and_delivered_exactly_once_by_two_replicas(pg_d
     key = tmp_path / "server-signing"
     _ok(run_cli("key", "generate", str(key)))
     admin = make_token(db, "ops", ["admin"])
-    receiver = Receiver(free_port())
+    receiver = Receiver()
     secret_file = tmp_path / "hook.secret"
     secret_file.write_text(SECRET + "\n")
     env = {**FAST, "PT2REG_HOME": str(tmp_path / "server-home")}

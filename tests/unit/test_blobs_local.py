@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -531,17 +532,26 @@ class TestLocalSpecifics:
         real_sync = local.sync_filesystem
         store = LocalBlobStore(tmp_path / "store")
         data = os.urandom(24 * MiB)
-        monkeypatch.setattr(local, "sync_filesystem", lambda root: (
-            at_sync.append(done[0]), shown.append(store.exists(blob(data)[1])), real_sync(root)))
+        mid_copy = threading.Event()
+
+        def sync(root):
+            at_sync.append(done[0])
+            shown.append(store.exists(blob(data)[1]))
+            real_sync(root)
+            if done[0] < len(data):
+                mid_copy.set()
+
+        monkeypatch.setattr(local, "sync_filesystem", sync)
         shown = []
         src = tmp_path / "src.bin"
         src.write_bytes(data)
 
-        def progress(n):
+        def progress(n):   # told after the committer counted the bytes
             done[0] += n
-            time.sleep(0.01)   # a slow copy: the committer gets to sync in between
+            if local.COMMIT_BYTES <= done[0] < len(data):
+                mid_copy.wait(30)   # a slow copy: the committer syncs before it goes on
         store.put_parts(src, [Part(blob(data)[1], 0, len(data))], progress=progress)
-        assert any(0 < n < len(data) for n in at_sync), at_sync
+        assert any(n < len(data) for n in at_sync), at_sync   # a sync began before the copy ended
         assert at_sync[-1] == len(data)
         assert not any(shown[:-1])    # not visible before a sync that began once it was complete
         assert store.read_bytes(blob(data)[1], max_size=len(data)) == data

@@ -79,7 +79,7 @@ def test_schema_walk_of_a_real_graph_is_fast(models):
         nodes.extend(copy.deepcopy(nodes[:50]))
     start = time.perf_counter()
     assert unsafe_in_graph(big) is None
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 10.0   # a blow-up, not a slow machine (~0.2 s here)
 
 
 # ---------------------------------------------------------------- names torch.fx pastes (class 1)
@@ -271,7 +271,7 @@ def test_size_expression_bombs_are_refused_before_sympy(models, attack):
     start = time.perf_counter()
     reason = _mutated(models["decoder"], _with_exprs(exprs))
     assert reason and needle in reason, reason
-    assert time.perf_counter() - start < 3.0
+    assert time.perf_counter() - start < 10.0   # a blow-up, not a slow machine
 
 
 # ---------------------------------------------------------------- regenerated from installed torch

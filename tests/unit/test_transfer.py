@@ -28,17 +28,31 @@ def sha(data: bytes) -> str:
 
 # -- run_parallel ------------------------------------------------------------------------------
 
+def _until(predicate, seconds: float = 10.0) -> bool:
+    """Wait (with a deadline, not a fixed sleep) for what another thread is to do."""
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return predicate()
+
+
 def test_run_parallel_returns_results_in_order_and_overlaps():
-    started = []
+    started, others = [], []
+    lock, all_others = threading.Lock(), threading.Event()
 
     def slow(i: int) -> int:
         started.append(i)
-        time.sleep(0.2 if i == 0 else 0.01)
+        if i == 0:   # waits for every other item: run in turn, they would never come
+            assert all_others.wait(10), "the first item held up the rest"
+        else:
+            time.sleep(0.01)
+            with lock:
+                others.append(i)
+                if len(others) == 7:
+                    all_others.set()
         return i * i
 
-    t0 = time.monotonic()
     assert run_parallel(slow, list(range(8)), 4) == [i * i for i in range(8)]
-    assert time.monotonic() - t0 < 0.2 + 8 * 0.01   # the slow first item did not hold up the rest
     assert sorted(started) == list(range(8))
 
 
@@ -113,7 +127,7 @@ def test_background_gives_its_result_after_the_block_and_its_error_as_soon_as_it
         job.result()
     with pytest.raises(ZeroDivisionError):   # from the block's end, had the block not asked
         with Background(lambda report: 1 / 0, None) as job:
-            time.sleep(0.05)
+            assert _until(lambda: job._error is not None)
             with pytest.raises(ZeroDivisionError):
                 job.check()                  # seen in the block, as soon as it failed
     with pytest.raises(ZeroDivisionError):
@@ -171,7 +185,7 @@ def test_task_pool_runs_what_the_block_hands_it_and_stops_at_the_first_failure()
     with pytest.raises(KeyError) as info:    # a real failure meanwhile is a note on it
         with TaskPool(2, None) as pool:
             pool.submit(lambda: 1 / 0)
-            time.sleep(0.05)
+            assert _until(lambda: pool._error is not None)
             raise KeyError("the plan failed")
     assert any("division by zero" in note for note in info.value.__notes__)
 
@@ -519,7 +533,7 @@ def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():
         except KeyError:
             pass
         assert gc.isenabled()
-        with gc_held(limit=0.05):                # however long the holds last: on again after the limit
+        with gc_held(limit=0.5):                 # however long the holds last: on again after the limit
             assert not gc.isenabled()
             deadline = __import__("time").monotonic() + 10
             while not gc.isenabled() and __import__("time").monotonic() < deadline:
