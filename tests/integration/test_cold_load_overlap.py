@@ -101,6 +101,17 @@ class HeldStore:
             self.inner.get_parts(fd, [parts[i] for i in group], progress=progress,
                                  on_done=None if on_done is None else (lambda j, g=group: on_done(g[j])))
 
+    def part_fetches(self, fd, parts, *, progress=None, on_done=None):
+        """The same hold on the calls a pull runs on a pool of its own (``assemble_member``)."""
+        calls = self.inner.part_fetches(fd, parts, progress=progress, on_done=on_done)
+
+        def held(call):
+            def run():
+                self.released_in_time = self.release.wait(60)
+                call()
+            return run
+        return [held(c) if p.digest in self.held else c for p, c in zip(parts, calls)]
+
 
 def _spy_loads(monkeypatch: pytest.MonkeyPatch, on_call=None) -> list[frozenset[str]]:
     calls: list[frozenset[str]] = []
