@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import gc
 import hashlib
 import os
@@ -385,53 +386,32 @@ def preallocate(fd: int, size: int) -> None:
 
 def run_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int, *,
                  on_error: Callable[[], None] | None = None) -> list[R]:
-    """``[fn(item) for item in items]`` on up to ``workers`` threads, results in order.
+    """``[fn(item) for item in items]`` on up to ``workers`` threads (a ``TaskPool``), results
+    in order.
 
     The first exception (or a ``KeyboardInterrupt`` here) stops every item not yet started (a
     worker checks before it starts one, so at most the ``workers`` already running go on) and
-    calls ``on_error`` (to interrupt those, e.g. cancel their transfers); it is raised once
-    every thread has stopped, so nothing keeps writing behind the caller's back. One item, or
-    one worker, runs in the calling thread.
-    """
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+    calls ``on_error``, once, from whichever thread saw it (to interrupt those, e.g. cancel
+    their transfers: it must be safe from any thread); it is raised once every thread has
+    stopped, so nothing keeps writing behind the caller's back. One item, or one worker, runs
+    in the calling thread.
 
+    >>> run_parallel(lambda x: x * x, [1, 2, 3], 2)
+    [1, 4, 9]
+    """
     if not items:
         return []
     if len(items) == 1 or workers <= 1:
         return [fn(item) for item in items]
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    lock = threading.Lock()
+    results: list[Any] = [None] * len(items)
 
-    def guarded(item: T) -> R | None:
-        if stop.is_set():
-            return None             # never started: the batch failed already
-        try:
-            return fn(item)
-        except BaseException as exc:
-            with lock:
-                failures.append(exc)
-            stop.set()
-            raise
+    def one(i: int, item: T) -> None:
+        results[i] = fn(item)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))),
-                              thread_name_prefix="pt2reg-worker")
-    futures = [pool.submit(guarded, item) for item in items]
-    try:
-        wait(futures, return_when=FIRST_EXCEPTION)
-        if failures:
-            raise failures[0]
-        return [f.result() for f in futures]
-    except BaseException:
-        stop.set()
-        for f in futures:
-            f.cancel()
-        if on_error is not None:
-            on_error()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-
+    with TaskPool(min(workers, len(items)), on_stop=on_error) as pool:
+        for i, item in enumerate(items):
+            pool.submit(functools.partial(one, i, item))
+    return results
 
 
 def run_calls(calls: Sequence[Callable[[], R]], workers: int, *,
@@ -542,8 +522,9 @@ class TaskPool:
     """
 
     def __init__(self, workers: int, progress: Callable[[int], None] | None = None, *,
-                 finish: Callable[[], None] | None = None) -> None:
+                 finish: Callable[[], None] | None = None, on_stop: Callable[[], None] | None = None) -> None:
         self._finish = finish
+        self._on_stop = on_stop
         self._queue: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -567,7 +548,18 @@ class TaskPool:
             if self._error is None or (isinstance(self._error, CancelledError)
                                        and not isinstance(exc, CancelledError)):
                 self._error = exc
-        self._stop.set()
+        self._halt()
+
+    def _halt(self) -> None:
+        """Stop the pool (tasks not started are dropped, running ones stop at their next
+        report) and, the first time, call ``on_stop``: what interrupts the tasks' transfers."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._stop.set()
+            on_stop, self._on_stop = self._on_stop, None
+        if on_stop is not None:
+            on_stop()
 
     def _run(self, started: threading.Semaphore) -> None:
         started.release()
@@ -613,7 +605,7 @@ class TaskPool:
             for _ in self._threads:
                 started.acquire()
         except BaseException:   # no thread, or interrupted: stop those that run, then finish
-            self._stop.set()
+            self._halt()
             self._close()
             if not self._threads:
                 self._finished()
@@ -645,14 +637,14 @@ class TaskPool:
             for thread in self._threads:
                 thread.join()
         except BaseException:   # interrupted while waiting (Ctrl-C): stop the tasks, then wait for them
-            self._stop.set()
+            self._halt()
             for thread in self._threads:
                 thread.join()
             raise
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if exc is not None:
-            self._stop.set()
+            self._halt()
         self._close()
         if exc is None:
             self.check()

@@ -73,6 +73,30 @@ def test_run_parallel_first_failure_stops_the_rest_and_calls_on_error():
     assert 0 in ran and set(ran) <= {0, 1}   # at most the one running beside it: nothing after
 
 
+def test_run_parallel_calls_on_error_once_and_on_a_stop_of_the_callers_own():
+    """Several items failing at once call ``on_error`` once; Ctrl-C in the calling thread (a
+    pool's block) calls it too, so the running transfers are cut, and is raised once every
+    thread stopped."""
+    calls, gate, both = [], threading.Event(), threading.Barrier(2, timeout=10)
+
+    def fail(i: int) -> int:
+        both.wait()          # the two fail together
+        raise ValueError(f"item {i}")
+
+    with pytest.raises(ValueError, match="item"):
+        run_parallel(fail, [0, 1], 2, on_error=lambda: calls.append(1))
+    assert calls == [1]
+
+    from registry.parallel import TaskPool
+
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        with TaskPool(2, on_stop=lambda: (calls.append(1), gate.set())) as pool:
+            pool.submit(lambda: gate.wait(10))
+            raise KeyboardInterrupt
+    assert calls == [1] and not any(t.is_alive() for t in pool._threads)
+
+
 def test_run_parallel_empty():
     assert run_parallel(lambda i: i, [], 4) == []
 
