@@ -16,8 +16,13 @@
    makes of the same bytes (tiny entries coalesced) and nothing else changed, hash to exactly
    the digests recorded before (checked then, 12 of 12; the other 10 are unchanged).
 
-A digest depends on the torch/Python that built it (the manifest's ``environment``) and on the
-line numbers of the models' source (graph stack traces). The bundles of ``tests.golden_models``
+A digest depends on the torch/Python that built it (the manifest's ``environment``), on the
+line numbers of the models' source (graph stack traces), and on the last bits of the golden
+sample outputs computed at bundle time: those depend on the CPU kernels that ran (an AVX-512
+machine gives other bits than the AVX2 one the digests were recorded on) and on the number of
+threads a reduction is split over. So the golden bundles are built, for the comparison and for
+recording, in a child process pinned to AVX2-level kernels and 2 threads (``PINNED_NUMERICS``),
+which every x86-64 machine provides. The bundles of ``tests.golden_models``
 come from a file nothing else edits, so they are always compared (on the recorded torch and
 Python); editing the files a fixture bundle's models come from fails this test until the digests are
 re-recorded (with the code of that commit), so no comparison is ever silently dropped.
@@ -42,6 +47,10 @@ SOURCES = {"golden/": ("tests/golden_models.py",),
            "pt2_dir/": ("tests/make_models.py", "examples/translator.py"),
            "fixture/": ("tests/integration/conftest_models.py", "tests/ops_mylib.py"),
            "big_bundle/": ("tests/big_bundle.py",)}
+#: what pins the numerics of the golden samples (see the module docstring): ATen's, oneDNN's and
+#: MKL's kernels at AVX2, and torch's intra-op threads at 2 (the recording machine's)
+PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                   "OMP_NUM_THREADS": "2"}
 #: (name, fixture) of the conftest_models bundles; aoti is compiled (not reproducible): round trip only
 FIXTURES = ("encdec", "custom_op", "baked", "pickled")
 
@@ -124,11 +133,14 @@ def digests_of(paths: dict[str, Path]) -> dict[str, dict]:
             for name, path in sorted(paths.items())}
 
 
-def test_digests_equal_those_of_the_code_before_the_typed_manifest(built):
+def test_digests_equal_those_of_the_code_before_the_typed_manifest(tmp_path):
     golden = json.loads(GOLDEN.read_text())
     if golden["environment"] != _environment():
         pytest.skip(f"recorded with {golden['environment']}, this is {_environment()}")
-    now = digests_of(built)
+    _record(tmp_path / "digests.json", tmp_path / "child")
+    recorded_now = json.loads((tmp_path / "digests.json").read_text())
+    assert recorded_now["environment"] == golden["environment"]
+    now = recorded_now["bundles"]
     assert set(now) == set(golden["bundles"])
     edited = sorted(name for name, g in golden["bundles"].items() if g["sources"] != now[name]["sources"])
     assert not edited, (f"the model sources of {edited} changed since the digests were recorded: re-record "
@@ -137,28 +149,32 @@ def test_digests_equal_those_of_the_code_before_the_typed_manifest(built):
     assert {n: g["digest"] for n, g in now.items()} == {n: g["digest"] for n, g in golden["bundles"].items()}
 
 
-def _record(out: Path) -> None:
-    """Build the golden bundles with this checkout's code (pytest runs the fixtures) and write
-    their digests to ``out``."""
+def _record(out: Path, scratch: Path) -> None:
+    """Build the golden bundles with this checkout's code in a child pytest (it runs the
+    fixtures), its numerics pinned (``PINNED_NUMERICS``), and write their digests to ``out``;
+    the child's script and temporary files go in ``scratch``."""
     import os
     import subprocess
 
-    code = ("import json, sys, pytest\n"
-            "from tests.integration import test_manifest_digests as t\n"
-            "def test_record(built):\n"
-            "    paths = {k: v for k, v in built.items()}\n"
-            "    doc = {'environment': t._environment(), 'bundles': t.digests_of(paths)}\n"
-            f"    open({str(out)!r}, 'w').write(json.dumps(doc, indent=1, sort_keys=True) + '\\n')\n")
-    script = ROOT / "tests" / "integration" / "test_zz_record_digests.py"
-    script.write_text(code)
-    try:
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--noconftest",
-                        "-p", "tests.fixtures_pt2", "-p", "tests.integration.conftest_models",
-                        "-p", "tests.integration.test_manifest_digests", str(script)],
-                       cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    finally:
-        script.unlink()
+    scratch.mkdir(parents=True, exist_ok=True)
+    script = scratch / "test_record_digests.py"
+    script.write_text("import json\n"
+                      "from tests.integration import test_manifest_digests as t\n"
+                      "def test_record(built):\n"
+                      "    doc = {'environment': t._environment(), 'bundles': t.digests_of(built)}\n"
+                      f"    open({str(out)!r}, 'w').write(json.dumps(doc, indent=1, sort_keys=True) + '\\n')\n")
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--noconftest",
+         "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "--basetemp", str(scratch / "tmp"),
+         "-p", "tests.fixtures_pt2", "-p", "tests.integration.conftest_models",
+         "-p", "tests.integration.test_manifest_digests", str(script)],
+        cwd=ROOT, env={**os.environ, **PINNED_NUMERICS, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, f"building the golden bundles failed:\n{child.stdout[-4000:]}{child.stderr[-2000:]}"
 
 
 if __name__ == "__main__":
-    _record(Path(sys.argv[1]).absolute())
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        _record(Path(sys.argv[1]).absolute(), Path(scratch_dir))
