@@ -138,11 +138,22 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
     return Hashed(h.hexdigest(), c, total, tuple(crcs))
 
 
+#: ``pwrite_all`` hands the kernel at most this many bytes per call. A buffered write is given
+#: page-cache folios sized to it: 4 MiB writes get multi-MiB folios, whose allocation on this
+#: kind of machine (a VM on Linux 6.18, ext4) now and then stalls for seconds while the host
+#: backs the memory again, and the other writer spins on the file's lock meanwhile. 2 GiB
+#: written by two threads, medians of 6: 4 MiB writes 3.69 s (0.35-5.03), 1 MiB 0.51 s
+#: (0.38-1.68), 256 KiB 0.43 s (0.42-0.79), 64 KiB 0.52 s; a 2 GiB bundle 3.54 -> 1.93 s
+#: (benchmarks/README.md, "Writes of 256 KiB").
+WRITE_PIECE = 256 * 1024
+
+
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    """All of ``data`` written at ``offset`` of ``fd`` (``os.pwrite`` may write less than asked)."""
+    """All of ``data`` written at ``offset`` of ``fd``, ``WRITE_PIECE`` bytes per ``os.pwrite``
+    at most (which may also write less than asked)."""
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = os.pwrite(fd, view[:WRITE_PIECE], offset)
         offset += n
         view = view[n:]
 

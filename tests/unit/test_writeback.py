@@ -143,3 +143,27 @@ def test_a_flush_owed_when_the_block_ends_is_still_made(tmp_path, monkeypatch):
         with pytest.raises(OSError, match="Input/output error"):
             with _LateFlusher(f.fileno(), every=10) as flusher:
                 flusher.wrote(10)
+
+
+def test_writes_reach_the_kernel_in_pieces_of_at_most_write_piece(tmp_path, monkeypatch):
+    """``pwrite_all`` (every hashing copy writes through it) hands the kernel at most
+    ``WRITE_PIECE`` bytes a call, so a buffered write never asks for multi-MiB page-cache
+    folios, and writes every byte, in place, also when the kernel takes less than asked."""
+    calls, real = [], os.pwrite
+
+    def pwrite(fd, data, offset):
+        calls.append(len(data))
+        return real(fd, memoryview(data)[:max(1, len(data) - 7)], offset)   # a short write each time
+
+    monkeypatch.setattr(parallel, "WRITE_PIECE", 64 * 1024)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    data = os.urandom(1024 * 1024 + 123)
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        parallel.pwrite_all(fd, data, 10)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * 10 + data
+    assert max(calls) == 64 * 1024 and len(calls) > len(data) // (64 * 1024)
