@@ -36,14 +36,16 @@ __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
 #: put_parts syncs the filesystem every this many bytes its writers wrote (on a thread of its
 #: own, while the copies go on), then renames into place the temp files finished before that
-#: sync began: a killed push keeps every batch it committed. A sync here costs ~1 ms per MiB
-#: written since the last, however long the bytes sat in the page cache (measured: the disk's
-#: flush, not the writeback, is the cost; sync_file_range hints do not shorten it), so syncing
-#: as the bytes come, finished files or not, keeps the disk flushing while the copies run: a
-#: 207 MiB push of 10,000 tensors took 0.60 s with one sync per 256 MiB of finished files (one
-#: at the end), 0.48 s with 64 MiB, 0.44-0.47 s with a sync per 16 MiB written; a 2 GiB push
-#: the same with each (1.14-1.21x ``cp + sync``; benchmarks/README.md, "Scale")
-COMMIT_BYTES = 16 * 1024 * 1024
+#: sync began: a killed push keeps every batch it committed. Syncing as the bytes come,
+#: finished files or not, keeps the disk flushing while the copies run, but each ``syncfs``
+#: also commits the journal and stalls the writers behind the pages it writes back. How often
+#: pays depends on the disk: where a sync cost ~1 ms per MiB written since the last (a slower
+#: virtio disk), a 207 MiB push of 10,000 tensors took 0.44-0.47 s with a sync per 16 MiB,
+#: 0.48 s per 64 MiB, 0.60 s with one at the end. On this project's machines since
+#: 2026-11-29 (``cp + sync`` of 2 GiB in 1.2-1.4 s, 2-3x faster), medians of 8 interleaved:
+#: 2 GiB push 2.22 s per 16 MiB, 1.68 s per 64 MiB, 1.47 s per 128 MiB (``cp + sync`` 1.45 s);
+#: the 207 MiB push 0.373 / 0.352 / 0.354 s (benchmarks/README.md, "Fewer syncs").
+COMMIT_BYTES = 128 * 1024 * 1024
 #: ... or every this many blobs, whichever comes first
 COMMIT_BLOBS = 4096
 
