@@ -29,6 +29,7 @@ from ..atomic import atomic_write
 from ..format.zipwrite import DeterministicZipWriter
 from ..constants import MAX_GRAPH_JSON_BYTES
 from ..digests import canonical_json
+from ..parallel import pwrite_all
 from .reader import (CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member,
                      load_json_member)
 
@@ -183,7 +184,8 @@ def _copy_range(src: int, src_at: int, dst: int, dst_at: int, size: int) -> None
             n = os.copy_file_range(src, dst, size, src_at, dst_at)
         except OSError:  # not supported here (other filesystems, old kernels): copy in userspace
             data = os.pread(src, min(size, 8 << 20), src_at)
-            n = os.pwrite(dst, data, dst_at) if data else 0
+            pwrite_all(dst, data, dst_at)   # in WRITE_PIECE pieces, as every other copy
+            n = len(data)
         if n <= 0:
             raise OSError(f"file ended {size} bytes early")
         src_at, dst_at, size = src_at + n, dst_at + n, size - n

@@ -167,3 +167,31 @@ def test_writes_reach_the_kernel_in_pieces_of_at_most_write_piece(tmp_path, monk
         os.close(fd)
     assert path.read_bytes() == b"x" * 10 + data
     assert max(calls) == 64 * 1024 and len(calls) > len(data) // (64 * 1024)
+
+
+def test_fill_holes_without_copy_file_range_copies_in_write_pieces(tmp_path, monkeypatch):
+    """Where ``copy_file_range`` is not supported, ``fill_holes`` (the bundler filling the
+    weights a normalized program left as holes) copies through user space, writing with
+    ``pwrite_all``: every byte in place, at most ``WRITE_PIECE`` a call."""
+    from registry.format.bundle import FileRange
+    from registry.pt2.normalize import fill_holes
+
+    def unsupported(*args, **kwargs):
+        raise OSError(95, "Operation not supported")
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    weights = os.urandom(3 * 1024 * 1024 + 5)
+    src.write_bytes(b"s" * 7 + weights)
+    dest.write_bytes(b"head" + bytes(len(weights)) + b"tail")
+    calls, real = [], os.pwrite
+
+    def pwrite(fd, data, offset):
+        calls.append(len(data))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(parallel, "WRITE_PIECE", 128 * 1024)
+    fill_holes(dest, [FileRange(dest, 0, 4), FileRange(src, 7, len(weights)), FileRange(dest, 4 + len(weights), 4)])
+    assert dest.read_bytes() == b"head" + weights + b"tail"
+    assert calls and max(calls) == 128 * 1024
