@@ -25,7 +25,8 @@ from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTupl
 from ..atomic import atomic_write
 from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import BATCH_BYTES, Output, Segment, group_consecutive, hash_copy, locked_progress, pwrite_all, run_parallel
+from ..parallel import (BATCH_BYTES, Output, Segment, group_consecutive, hash_copy, locked_progress, pwrite_all,
+                        run_parallel, thread_buffer)
 from ..refs import validate_digest
 
 __all__ = [
@@ -303,10 +304,12 @@ def hash_parts(path: str | os.PathLike, fd: int, parts: Sequence[Part], *, conca
     (``start_writeback``: the caller syncs)."""
     h = hashlib.sha256() if concatenation else None
     out = Output(out_fd, writeback=True) if out_fd is not None else None
+    scratch = thread_buffer()   # read into, not a new block of memory per read
     for block in part_blocks(parts):
         start = block[0].offset
         want = block[-1].offset + block[-1].size - start
-        data = memoryview(os.pread(fd, want, start))
+        buf = scratch if want <= len(scratch) else memoryview(bytearray(want))
+        data = buf[:os.preadv(fd, [buf[:want]], start)]
         if len(data) != want:
             cut = next(p for p in block if p.offset + p.size > start + len(data))
             raise IntegrityError(f"{os.fspath(path)} ended {want - len(data)} bytes early (at byte "

@@ -195,3 +195,33 @@ def test_fill_holes_without_copy_file_range_copies_in_write_pieces(tmp_path, mon
     fill_holes(dest, [FileRange(dest, 0, 4), FileRange(src, 7, len(weights)), FileRange(dest, 4 + len(weights), 4)])
     assert dest.read_bytes() == b"head" + weights + b"tail"
     assert calls and max(calls) == 128 * 1024
+
+
+@pytest.mark.parametrize("sizes", [[1000, 70_000, 5], [parallel.BUFFER + 3, 10], [7] * 3000])
+def test_hash_parts_reads_through_one_buffer_and_checks_every_part(tmp_path, sizes):
+    """``blobs.base.hash_parts`` (a push's packs) reads each block into the thread's buffer,
+    or into one of its own when the block is larger: the copy, the concatenation's digest and
+    each part's check are those of the file's bytes, whichever buffer held them, and nothing of
+    an earlier block leaks into a later one."""
+    import hashlib
+
+    from registry.blobs.base import Part, hash_parts
+    from registry.errors import IntegrityError
+
+    data = os.urandom(sum(sizes) + 11)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    offsets = [11 + sum(sizes[:i]) for i in range(len(sizes))]
+    parts = [Part("sha256:" + hashlib.sha256(data[o:o + n]).hexdigest(), o, n) for o, n in zip(offsets, sizes)]
+    out = tmp_path / "out"
+    with open(src, "rb") as f, open(out, "wb") as o:
+        got = hash_parts(src, f.fileno(), parts, out_fd=o.fileno())
+    assert got == hashlib.sha256(data[11:]).hexdigest()
+    assert out.read_bytes() == data[11:]
+
+    bad = parts[-1]._replace(digest="sha256:" + "0" * 64)
+    with open(src, "rb") as f, pytest.raises(IntegrityError, match=f"offset {bad.offset}"):
+        hash_parts(src, f.fileno(), [*parts[:-1], bad])
+    src.write_bytes(data[:-1])   # the file ends inside the last part
+    with open(src, "rb") as f, pytest.raises(IntegrityError, match="1 bytes early"):
+        hash_parts(src, f.fileno(), parts)
