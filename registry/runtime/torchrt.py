@@ -11,7 +11,8 @@ loader, its sandbox and the sample checks.
   devices, export guards;
 * the dispatcher: which ops exist, their schemas, which dispatch keys have kernels, TorchBind
   classes, every registered schema (for ``registry.pt2.op_effects``);
-* the serializer's schema version, AOTInductor's CPU ISA naming, the CUDA/HIP runtime;
+* the serializer's schema version, its JSON decoding (``schema_decoding``, inside the
+  registry's loads), AOTInductor's CPU ISA naming, the CUDA/HIP runtime;
 * pytrees: flatten, unflatten, treespecs, stand-ins for library output classes.
 
     >>> has_kernel("aten::add.Tensor", "CPU")                  # doctest: +SKIP
@@ -359,12 +360,14 @@ def _install_schema_decoder() -> bool:
 def _route_decoder() -> bool:
     import inspect
 
-    import torch.export.pt2_archive._package as package  # private: it imported the decoder by name
-    from torch._export.serde import serialize  # private: the serializer's JSON decoder
-    from torch._export.serde.union import _Union  # private: the base of the schema's tagged unions
-
     from .schema_decoding import SchemaDecoder
 
+    try:
+        import torch.export.pt2_archive._package as package  # private: it imported the decoder by name
+        from torch._export.serde import serialize  # private: the serializer's JSON decoder
+        from torch._export.serde.union import _Union  # private: the base of the schema's tagged unions
+    except ImportError:   # another torch's layout: its own decoder
+        return False
     original = getattr(serialize, "_dict_to_dataclass", None)
     resolve = getattr(serialize, "_resolve_schema_cls", None)
     if original is None or resolve is None or getattr(package, "_dict_to_dataclass", None) is not original:
@@ -373,7 +376,7 @@ def _route_decoder() -> bool:
         source = inspect.getsource(original) + inspect.getsource(resolve)
     except (OSError, TypeError):
         return False
-    if hashlib.sha256(source.encode("utf-8")).hexdigest() not in DECODER_PORTS:
+    if hashlib.sha256(source.encode("utf-8")).hexdigest() not in DECODER_PORTS or not hasattr(serialize, "schema"):
         return False
     decoder = SchemaDecoder(vars(serialize.schema), _Union)
 
