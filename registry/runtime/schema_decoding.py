@@ -60,7 +60,11 @@ class SchemaDecoder:
     dict value by value as its second, a ``float`` is made a float, and anything else is
     returned unchanged. Plans are built under a lock, once each; decoding takes none."""
 
-    def __init__(self, namespace: Mapping[str, Any], union_base: type) -> None:
+    def __init__(self, namespace: Mapping[str, Any], union_base: type,
+                 union_constructor: Callable[[type], Callable[[str, Any], Any]] | None = None) -> None:
+        """``union_constructor(cls)``, if given: a function ``(tag, value)`` that builds what
+        ``cls.create(**{tag: value})`` would (the torch adapter's, which knows how)."""
+        self._union_constructor = union_constructor
         self._namespace = namespace
         self._globals = namespace if isinstance(namespace, dict) else dict(namespace)   # for get_type_hints
         self._union = union_base
@@ -143,7 +147,11 @@ class SchemaDecoder:
     def _tagged(self, cls: Any) -> Plan:
         hints: list[dict[str, Any]] = []   # the union's type hints, once a value needs them
         members: dict[str, Plan] = {}
-        create = cls.create
+        if self._union_constructor is not None:
+            create_one = self._union_constructor(cls)
+        else:
+            def create_one(tag: str, value: Any) -> Any:
+                return cls.create(**{tag: value})
 
         def tagged(data: Any) -> Any:
             if not isinstance(data, dict):
@@ -158,7 +166,7 @@ class SchemaDecoder:
                 if not hints:
                     hints.append(typing.get_type_hints(cls, globalns=self._globals))
                 member = members[tag] = self.plan(hints[0][tag])
-            return create(**{tag: member(value)})
+            return create_one(tag, member(value))
         return tagged
 
     def _record(self, cls: Any) -> Plan:

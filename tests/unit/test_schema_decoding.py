@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.export.pt2_archive._package as package
 from torch._export.serde import schema, serialize
-from torch._export.serde.union import _Union
+from torch._export.serde.union import _Union, _UnionTag
 
 from registry.runtime import torchrt
 from registry.runtime.schema_decoding import SchemaDecoder
@@ -41,15 +41,66 @@ def json_members(pt2: Path) -> list[tuple[str, Any, Any]]:
     return out
 
 
-def test_every_program_decodes_to_what_torch_gives(pt2_dir: Path):
-    decoder = SchemaDecoder(vars(schema), _Union)
+def deep(value: Any) -> Any:
+    """Everything an object holds, recursively: its type, and every attribute of every object
+    in order (a tagged union's ``__eq__`` compares only its tag and value)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [deep(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", [(k, deep(v)) for k, v in value.items()])
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return (type(value).__qualname__, [(k, deep(v)) for k, v in vars(value).items()])
+    if isinstance(value, _UnionTag):
+        return ("tag", str(value), value._cls.__qualname__)
+    return (type(value).__name__, value)
+
+
+def decoders() -> dict[str, SchemaDecoder]:
+    """The decoder as the registry's loads use it (unions built by the adapter), and with each
+    union built by its ``create``."""
+    return {"adapter": SchemaDecoder(vars(schema), _Union, torchrt._union_constructor(_Union, _UnionTag)),
+            "create": SchemaDecoder(vars(schema), _Union)}
+
+
+@pytest.mark.parametrize("kind", ["adapter", "create"])
+def test_every_program_decodes_to_what_torch_gives(pt2_dir: Path, kind: str):
+    decoder = decoders()[kind]
     seen = 0
     for pt2 in sorted(pt2_dir.rglob("*.pt2")):
         for member, cls, data in json_members(pt2):
             ours, theirs = decoder.decode(cls, data), torch_decode(cls, data)
             assert ours == theirs and repr(ours) == repr(theirs), f"{pt2.name}: {member}"
+            assert deep(ours) == deep(theirs), f"{pt2.name}: {member}"
             seen += 1
     assert seen >= 10, seen
+
+
+def test_unions_the_adapter_cannot_build_as_create_does_go_through_create(monkeypatch: pytest.MonkeyPatch):
+    """A union class with its own ``__post_init__`` (or a torch whose ``create`` differs) is built
+    by ``create``; a tag that is not a field raises as ``create`` does."""
+    calls: list[str] = []
+
+    @dataclass(repr=False, eq=False)
+    class Checked(Tagged):
+        as_int: Optional[int] = None
+
+        def __post_init__(self) -> None:
+            calls.append("post_init")
+
+    build = torchrt._union_constructor(_Union, _UnionTag)
+    assert deep(build(Checked)("as_int", 3)) == deep(Checked.create(as_int=3)) and calls == ["post_init"] * 2
+    fast = build(Value)
+    assert deep(fast("as_int", 4)) == deep(Value.create(as_int=4))
+    with pytest.raises(TypeError) as theirs:
+        Value.create(nope=1)
+    with pytest.raises(TypeError) as ours:
+        fast("nope", 1)
+    assert str(ours.value) == str(theirs.value)
+    monkeypatch.setattr(torchrt, "UNION_PORTS", frozenset())
+    created: list[Any] = []
+    monkeypatch.setattr(Value, "create", classmethod(lambda cls, **kw: created.append(kw) or _Union.create.__func__(cls, **kw)))
+    assert deep(torchrt._union_constructor(_Union, _UnionTag)(Value)("as_int", 5)) == deep(_Union.create.__func__(Value, as_int=5))
+    assert created == [{"as_int": 5}]
 
 
 # -- the rules, on types of our own ------------------------------------------------------
@@ -95,7 +146,9 @@ def both(cls: Any, data: Any) -> tuple[Any, Any]:
     with pytest.MonkeyPatch.context() as mp:   # torch's function resolves names in its schema module
         for name, value in NAMESPACE.items():
             mp.setattr(schema, name, value, raising=False)
-        return run(SchemaDecoder(vars(schema), _Union).decode), run(torch_decode)
+        results = [run(d.decode) for d in decoders().values()]
+        assert all(repr(r) == repr(results[0]) and deep(r) == deep(results[0]) for r in results)
+        return results[0], run(torch_decode)
 
 
 TREE = {"name": "root", "weight": 1, "note": "top", "unknown": [1, 2],
@@ -126,7 +179,7 @@ TREE = {"name": "root", "weight": 1, "note": "top", "unknown": [1, 2],
 def test_the_same_value_or_the_same_error(cls: Any, data: Any):
     ours, theirs = both(cls, data)
     assert ours == theirs
-    assert repr(ours) == repr(theirs)
+    assert repr(ours) == repr(theirs) and deep(ours) == deep(theirs)
 
 
 def test_an_empty_list_is_handed_back_as_it_is():
