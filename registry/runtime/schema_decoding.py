@@ -54,7 +54,7 @@ class SchemaDecoder:
     up in ``namespace`` (a name not there is an ``AssertionError``); ``Annotated[T, ...]`` is
     ``T``; ``Optional[T]`` is None for None, else ``T``; a tagged union (a subclass of
     ``union_base``) is a dict of exactly one key, decoded as that field and built with
-    ``cls.create``; a dataclass takes each of its fields present in the dict, decoded as the
+    ``cls.create`` (or what ``union_constructor`` gives for the class); a dataclass takes each of its fields present in the dict, decoded as the
     field's type (other keys are ignored, for forward compatibility); otherwise a list is
     decoded item by item as the type's first argument (an empty list is returned as it is), a
     dict value by value as its second, a ``float`` is made a float, and anything else is

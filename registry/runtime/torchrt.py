@@ -419,7 +419,10 @@ def _union_constructor(base: Any, tag_type: Any) -> Any:
         def create(tag: str, value: Any) -> Any:
             return cls.create(**{tag: value})
 
-        names = [f.name for f in dataclasses.fields(cls)]
+        try:
+            names = [f.name for f in dataclasses.fields(cls)]
+        except TypeError:   # not a dataclass: create says what is wrong, when it is used
+            return create
         init = vars(cls).get("__init__")
         plain = (ported and getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
                  and cls.__new__ is object.__new__ and cls.__setattr__ is object.__setattr__
