@@ -31,9 +31,9 @@ import dataclasses
 import threading
 import types
 import typing
-from typing import Annotated, Any, Callable, Mapping
+from typing import Annotated, Any, Callable
 
-__all__ = ["SchemaDecoder"]
+__all__ = ["SchemaDecoder", "union_create"]
 
 Plan = Callable[[Any], Any]
 _NONE = type(None)
@@ -45,6 +45,13 @@ def _raising(exc: Exception) -> Plan:
     def plan(data: Any) -> Any:
         raise exc
     return plan
+
+
+def union_create(cls: Any) -> Callable[[str, Any], Any]:
+    """``(tag, value) -> cls.create(**{tag: value})``: how torch builds a tagged union."""
+    def create(tag: str, value: Any) -> Any:
+        return cls.create(**{tag: value})
+    return create
 
 
 class SchemaDecoder:
@@ -60,13 +67,13 @@ class SchemaDecoder:
     dict value by value as its second, a ``float`` is made a float, and anything else is
     returned unchanged. Plans are built under a lock, once each; decoding takes none."""
 
-    def __init__(self, namespace: Mapping[str, Any], union_base: type,
-                 union_constructor: Callable[[type], Callable[[str, Any], Any]] | None = None) -> None:
-        """``union_constructor(cls)``, if given: a function ``(tag, value)`` that builds what
-        ``cls.create(**{tag: value})`` would (the torch adapter's, which knows how)."""
+    def __init__(self, namespace: dict[str, Any], union_base: type,
+                 union_constructor: Callable[[type], Callable[[str, Any], Any]] = union_create) -> None:
+        """``namespace``: the schema module's globals (names are looked up, and type hints
+        resolved, there). ``union_constructor(cls)``: a function ``(tag, value)`` that builds
+        what ``cls.create(**{tag: value})`` would (the torch adapter's builds it directly)."""
         self._union_constructor = union_constructor
         self._namespace = namespace
-        self._globals = namespace if isinstance(namespace, dict) else dict(namespace)   # for get_type_hints
         self._union = union_base
         self._plans: dict[Any, Plan] = {}
         self._building: dict[Any, Plan] = {}   # plans being built (recursive types), under _lock
@@ -147,11 +154,7 @@ class SchemaDecoder:
     def _tagged(self, cls: Any) -> Plan:
         hints: list[dict[str, Any]] = []   # the union's type hints, once a value needs them
         members: dict[str, Plan] = {}
-        if self._union_constructor is not None:
-            create_one = self._union_constructor(cls)
-        else:
-            def create_one(tag: str, value: Any) -> Any:
-                return cls.create(**{tag: value})
+        create_one = self._union_constructor(cls)
 
         def tagged(data: Any) -> Any:
             if not isinstance(data, dict):
@@ -164,13 +167,13 @@ class SchemaDecoder:
             member = members.get(tag)
             if member is None:
                 if not hints:
-                    hints.append(typing.get_type_hints(cls, globalns=self._globals))
+                    hints.append(typing.get_type_hints(cls, globalns=self._namespace))
                 member = members[tag] = self.plan(hints[0][tag])
             return create_one(tag, member(value))
         return tagged
 
     def _record(self, cls: Any) -> Plan:
-        hints = typing.get_type_hints(cls, globalns=self._globals)
+        hints = typing.get_type_hints(cls, globalns=self._namespace)
         fields = [(f.name, self._deferred(lambda: hints[f.name])) for f in dataclasses.fields(cls)]
 
         def record(data: Any) -> Any:

@@ -412,13 +412,13 @@ def _union_constructor(base: Any, tag_type: Any) -> Any:
     (``UNION_PORTS``) goes through ``create``."""
     import dataclasses
 
+    from .schema_decoding import union_create
+
     ported = _source_digest(base.create, base.__post_init__, tag_type.create) in UNION_PORTS
     make_tag, new = tag_type.create, object.__new__
 
     def constructor(cls: Any) -> Any:
-        def create(tag: str, value: Any) -> Any:
-            return cls.create(**{tag: value})
-
+        create = union_create(cls)
         try:
             names = [f.name for f in dataclasses.fields(cls)]
         except TypeError:   # not a dataclass: create says what is wrong, when it is used
