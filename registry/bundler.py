@@ -30,6 +30,7 @@ from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import fill_holes, normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2
 from .pt2.verdicts import pickled_of, program_kinds, write_verdict
+from .runtime.device import Device
 
 __all__ = ["ProgramInput", "SampleInput", "BuildResult", "build_bundle", "bundle_exported_programs",
            "add_variants", "aoti_target", "aoti_variant_id", "DEFAULT_RTOL", "DEFAULT_ATOL"]
@@ -353,7 +354,7 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
     from .runtime.samples import run_program, write_sample
     from .runtime.torchrt import load_inputs_file, tree_flatten
 
-    modules: dict[str, Any] = {}
+    modules: dict[str, tuple[Any, Device]] = {}  # program -> (module, the device it runs on)
     entries = []
     counts: dict[str, int] = {}
     for s in samples:
@@ -374,19 +375,26 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
         args, kwargs = call_arguments(program, value)
         flat_inputs, _ = tree_flatten((args, kwargs))
         flat_inputs = without_constants(flat_inputs, program.constant_inputs)  # put back at run
-        outputs = run_program(modules[s.program], program, value)
+        module, device = modules[s.program]
+        outputs = run_program(module, program, value, device)
         k = counts.get(s.program, 0)
         counts[s.program] = k + 1
         local = b.work / f"sample-{s.program}-{k}.safetensors"
         in_keys, out_keys = write_sample(local, flat_inputs, outputs)
         member = b.add_file(f"samples/{s.program}.{k}.safetensors", local, "sample")
-        entries.append(Sample(f"{s.program}-{k}", s.program, member, tuple(in_keys), tuple(out_keys), rtol, atol))
+        entries.append(Sample(f"{s.program}-{k}", s.program, member, tuple(in_keys), tuple(out_keys), rtol, atol,
+                              device=device.type))
     return entries
 
 
 def _load_for_samples(path: Path, inner: str, program: ProgramSpec, label: str | None = None,
-                      name: str | None = None) -> Any:
+                      name: str | None = None) -> tuple[Any, Device]:
+    """The program ready to compute its golden samples, and the device it runs on: the device
+    it was exported on when this machine has it, else the CPU (``samples.sample_device``),
+    placed there as the loader places it (weights loaded on the CPU, then moved)."""
     from .errors import IncompatibleError
+    from .runtime.loader import place_program
+    from .runtime.samples import sample_device
     from .runtime.torchrt import load_exported_program, op_schema
 
     missing = [op.name for op in program.required_ops if op_schema(op.target) is None]
@@ -398,7 +406,9 @@ def _load_for_samples(path: Path, inner: str, program: ProgramSpec, label: str |
     from .runtime.torchrt import stand_in_pytree_classes
 
     stand_in_pytree_classes(pytree_classes_of(program))  # library output classes
-    return load_exported_program(path, inner, label=label, program=name).module()
+    device = sample_device(program)
+    ep = load_exported_program(path, inner, label=label, program=name)
+    return place_program(ep, program, device), device
 
 
 def bundle_exported_programs(out: str | os.PathLike, programs: Mapping[str, Any], *,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = ["App", "RegistryGroup", "pass_app", "emit_json", "warn", "info", "transfer_progress",
-           "parse_key_values"]
+           "parse_key_values", "DEVICE", "status"]
 
 
 class App:
@@ -134,6 +134,13 @@ def info(message: str) -> None:
     click.echo(message, err=True)
 
 
+def status(message: str) -> None:
+    """One line on a terminal's stderr saying what a long step is doing (the first-load
+    sandbox); nothing when stderr is not a terminal, where scripts read errors as one line."""
+    if sys.stderr.isatty():
+        click.echo(f"{clean(message)} ...", err=True)
+
+
 @contextmanager
 def transfer_progress(total: int, label: str, *, enabled: bool) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar on a terminal for large transfers; nothing otherwise."""
@@ -159,3 +166,18 @@ def parse_key_values(values: tuple[str, ...], what: str) -> dict[str, str]:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=what)
         out[key] = val
     return out
+
+
+class _DeviceParam(click.ParamType):
+    """``--device``: read by the one device parser (``registry.runtime.device.Device.parse``);
+    a bad value is its ``UsageError``: one line, exit 2, like every other bad value."""
+
+    name = "device"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ..runtime.device import Device
+
+        return Device.parse(value)
+
+
+DEVICE = _DeviceParam()

@@ -7,12 +7,17 @@ the rule and the version.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ._core import App, emit_json, pass_app
+from ._core import DEVICE, App, emit_json, pass_app
 from .render import console, esc, print_attestations
 from .runtime_cmds import _IMPORT_HELP, _LIBRARY_HELP, _NATIVE_HELP
 from .views import attestation_json, policy_json
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
 
 __all__ = ["policy", "attest", "attestations"]
 
@@ -96,7 +101,7 @@ def policy_rm(app: App, name: str, alias_name: str) -> None:
 @click.command()
 @click.argument("ref")
 @click.option("--label", required=True, metavar="LABEL", help="What this run attests, e.g. cpu-ci or h100.")
-@click.option("--device", metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
+@click.option("--device", type=DEVICE, metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
 @click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
               help="Sign the attestation with this Ed25519 private key (`pt2reg key generate`).")
 @click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
@@ -107,7 +112,7 @@ def policy_rm(app: App, name: str, alias_name: str) -> None:
 @click.option("--trust-native", is_flag=True, help=_NATIVE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
-def attest(app: App, ref: str, label: str, device: str | None, sign_key: str | None, imports: tuple[str, ...],
+def attest(app: App, ref: str, label: str, device: Device | None, sign_key: str | None, imports: tuple[str, ...],
            libraries: tuple[str, ...], pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool,
            as_json: bool) -> None:
     """Verify REF and run its golden samples on this machine, and record the outcome as an

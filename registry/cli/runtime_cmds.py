@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from ._core import App, emit_json, pass_app, warn
+from ._core import DEVICE, App, emit_json, pass_app, status, warn
 from .render import clean, esc
 
 if TYPE_CHECKING:
     from ..runtime.compat import CompatReport
+    from ..runtime.device import Device
     from ..runtime.target import Target
     from ..sources import MaterializedBundle
 
@@ -54,7 +55,7 @@ def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
     return [f.to_json() for f in report.findings if f.code == "native-code"]
 
 
-def _target_for(src: MaterializedBundle, device: str | None, target_file: str | None, imports: tuple[str, ...],
+def _target_for(src: MaterializedBundle, device: Device | None, target_file: str | None, imports: tuple[str, ...],
                 libraries: tuple[str, ...]) -> Target:
     from ..runtime.loader import needs_cpu_isa
     from ..runtime.target import Target
@@ -90,9 +91,9 @@ def _ops_line(t: Target) -> str:
 @click.command("target")
 @click.option("--import", "imports", multiple=True, metavar="MODULE", help=_IMPORT_HELP)
 @click.option("--load-library", "libraries", multiple=True, metavar="PATH.so", help=_LIBRARY_HELP)
-@click.option("--device", metavar="DEV", help="Device to describe (default: cuda:0 if available, else cpu).")
+@click.option("--device", type=DEVICE, metavar="DEV", help="Device to describe (default: cuda:0 if available, else cpu).")
 @click.option("--json", "as_json", is_flag=True, help="Print the target as JSON (save it for --target).")
-def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | None, as_json: bool) -> None:
+def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: Device | None, as_json: bool) -> None:
     """Describe this machine: torch, serializer, device, compute capability, registered ops.
 
     \b
@@ -131,7 +132,7 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
 
 @click.command()
 @click.argument("source", metavar="BUNDLE|REF")
-@click.option("--device", metavar="DEV", help="Device to check for (default: the target's device type; "
+@click.option("--device", type=DEVICE, metavar="DEV", help="Device to check for (default: the target's device type; "
               "without --target, cuda:0 if available, else cpu).")
 @click.option("--target", "target_file", metavar="FILE.json", type=click.Path(dir_okay=False),
               help="Check against a machine described in a file (`pt2reg target --json`) instead of this one.")
@@ -143,7 +144,7 @@ def target(imports: tuple[str, ...], libraries: tuple[str, ...], device: str | N
 @click.option("--trust-native", is_flag=True, help=_NATIVE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with \"compatible\".")
 @pass_app
-def verify(app: App, source: str, device: str | None, target_file: str | None, imports: tuple[str, ...],
+def verify(app: App, source: str, device: Device | None, target_file: str | None, imports: tuple[str, ...],
            libraries: tuple[str, ...], pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool,
            as_json: bool) -> None:
     """Check that a bundle can run on a target, without loading it; report every finding.
@@ -162,10 +163,10 @@ def verify(app: App, source: str, device: str | None, target_file: str | None, i
     t = _target_for(src, device, target_file, imports, libraries)
     report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native)
     if as_json:
-        emit_json({**report.to_json(), "digest": src.digest, "device": device or t.device_type,
+        emit_json({**report.to_json(), "digest": src.digest, "device": str(device or t.device_type),
                    "target": t.summary()})
     else:
-        _print_report(src, t, device or t.device_type, report)
+        _print_report(src, t, str(device or t.device_type), report)
     report.raise_for_status()  # exit 5 for pickled members or native-only programs, else 4
 
 
@@ -207,7 +208,7 @@ def _describe_output(index: int, value: Any) -> dict[str, Any]:
 @click.command()
 @click.argument("source", metavar="BUNDLE|REF")
 @click.option("--program", metavar="NAME", help="Program to run (needed with --inputs when there are several).")
-@click.option("--device", metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
+@click.option("--device", type=DEVICE, metavar="DEV", help="Device to run on (default: cuda:0 if available, else cpu).")
 @click.option("--inputs", "inputs_file", metavar="FILE.pt", type=click.Path(dir_okay=False),
               help="Inputs: a tuple of tensors saved with torch.save (read with weights_only=True).")
 @click.option("--output", "output_file", metavar="FILE.pt", type=click.Path(dir_okay=False),
@@ -220,7 +221,7 @@ def _describe_output(index: int, value: Any) -> dict[str, Any]:
 @click.option("--trust-native", is_flag=True, help=_NATIVE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
-def run(app: App, source: str, program: str | None, device: str | None, inputs_file: str | None,
+def run(app: App, source: str, program: str | None, device: Device | None, inputs_file: str | None,
         output_file: str | None, samples: bool, imports: tuple[str, ...], libraries: tuple[str, ...],
         pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool, as_json: bool) -> None:
     """Verify, load and run a bundle on this machine.
@@ -236,33 +237,30 @@ def run(app: App, source: str, program: str | None, device: str | None, inputs_f
     skips it), exit 5 if that crashes or runs out of memory or time.
     """
     from ..errors import UsageError
+    from ..runtime.loader import open_source_for_load
+    from ..runtime.sandbox import SandboxConfig
 
     if not inputs_file and not samples:
         raise UsageError("nothing to run", hint="pass --inputs FILE.pt or --samples")
     if output_file and not inputs_file:
         raise UsageError("--output needs --inputs")
     # a cold run fetches the weights while the checks below and torch's deserialization run
-    from ..runtime.loader import sandboxed_first
-    from ..runtime.sandbox import SandboxConfig
-
     sandbox = SandboxConfig.from_env(app.settings.cache_dir, imports=imports, libraries=libraries)
-    src = _open(app, source, pubkeys, defer_weights=True, in_place=lambda s: not sandboxed_first(s, sandbox))
+    src = open_source_for_load(source, app.registry, sandbox, require_signature=pubkeys)
     try:
-        _run_loaded(app, src, program, inputs_file, output_file, samples, device, imports, libraries,
+        program, value = _prechecks(src, program, inputs_file, samples, as_json)
+        _run_loaded(app, src, program, value, output_file, samples, device, imports, libraries, pubkeys,
                     trust_pickle, trust_native, as_json)
     finally:
         if src.pending is not None:
             src.pending.abort()  # a run that failed before the load settled it: stop, leave no file
 
 
-def _run_loaded(app: App, src: MaterializedBundle, program: str | None, inputs_file: str | None,
-                output_file: str | None, samples: bool, device: str | None, imports: tuple[str, ...],
-                libraries: tuple[str, ...], trust_pickle: bool, trust_native: bool, as_json: bool) -> None:
-    """``run``'s body once the bundle is open (its weights perhaps still arriving)."""
-    from ..errors import RegistryError, UsageError
-    from ..runtime.loader import load_bundle, save_outputs
-    from ..runtime.sandbox import SandboxConfig
-    from ..runtime.probe import default_device
+def _prechecks(src: MaterializedBundle, program: str | None, inputs_file: str | None, samples: bool,
+               as_json: bool) -> tuple[str | None, Any]:
+    """The program to run and the inputs read, refused from the manifest alone (exit 2 or 4,
+    exit 1 for golden samples the signature refuses) before anything is loaded."""
+    from ..errors import UsageError
 
     names = list(src.manifest.programs)
     if program is not None and program not in names:
@@ -280,15 +278,24 @@ def _run_loaded(app: App, src: MaterializedBundle, program: str | None, inputs_f
         precheck_inputs(src.manifest.programs[program], value)  # the manifest suffices: before the load
     if samples:
         _precheck_samples(src, program, as_json)
-    t = _target_for(src, device, None, imports, libraries)
-    device = device or default_device()
-    sandbox = SandboxConfig.from_env(app.settings.cache_dir, imports=imports, libraries=libraries)
-    bundle = load_bundle(src, device=device, target=t, trust_pickle=trust_pickle,
-                         programs=[program] if program else None, trust_native=trust_native, sandbox=sandbox)
-    doc: dict[str, Any] = {"digest": src.digest, "device": device,
+    return program, value
+
+
+def _run_loaded(app: App, src: MaterializedBundle, program: str | None, value: Any, output_file: str | None,
+                samples: bool, device: Device | None, imports: tuple[str, ...], libraries: tuple[str, ...],
+                pubkeys: tuple[str, ...], trust_pickle: bool, trust_native: bool, as_json: bool) -> None:
+    """``run``'s body once the bundle is open (its weights perhaps still arriving): the one
+    load path, ``registry.load``, then the program or the samples."""
+    from ..errors import RegistryError
+    from ..runtime.loader import load, save_outputs
+
+    bundle = load(src, device=device, imports=imports, libraries=libraries, require_signature=pubkeys,
+                  programs=[program] if program else None, trust_pickle=trust_pickle, trust_native=trust_native,
+                  registry=app.registry, status=status)
+    doc: dict[str, Any] = {"digest": src.digest, "device": str(bundle.device),
                            "variants": {n: bundle[n].variant.id for n in bundle},
                            "variant_reasons": {n: bundle.report.choices[n][1] for n in bundle},
-                           "trusted_signers": list(src.trusted_signers),
+                           "trusted_signers": list(bundle.source.trusted_signers),
                            "native_code": [f for f in _native_notes(bundle.report) if f["program"] in bundle]}
     if value is not None:
         outputs = bundle[program].run(value)  # type: ignore[index]
@@ -366,11 +373,11 @@ def _print_run(doc: dict[str, Any], results: list[Any]) -> None:
         for col in ("sample", "program", "variant", "output", "max abs", "max rel", "tolerance", ""):
             table.add_column(col)
         for r in results:
-            tol = f"rtol {r.rtol:g} atol {r.atol:g}"
             if r.error:
-                table.add_row(esc(r.name), esc(r.program), esc(r.variant), "-", "-", "-", tol,
-                              f"[red]{esc(r.error)}[/red]")
-            for o in r.outputs:
+                table.add_row(esc(r.name), esc(r.program), esc(r.variant), "-", "-", "-",
+                              f"rtol {r.rtol:g} atol {r.atol:g}", f"[red]{esc(r.error)}[/red]")
+            for o in r.outputs:  # the tolerance of each output (widened where a GPU is involved)
+                tol = f"rtol {o.get('rtol', r.rtol):g} atol {o.get('atol', r.atol):g}"
                 table.add_row(esc(r.name), esc(r.program), esc(r.variant), esc(o["output"]),
                               _num(o.get("max_abs")), _num(o.get("max_rel")), tol,
                               "[green]ok[/green]" if o["ok"] else

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._core import App, emit_json, pass_app
+from ._core import DEVICE, App, emit_json, pass_app
 from .render import clean
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
 
 __all__ = ["compile_cmd", "export_triton", "materialize"]
 
@@ -40,14 +43,14 @@ def _mib(n: int) -> str:
 @click.command("compile")
 @click.argument("ref", metavar="REF")
 @click.option("--program", "programs", multiple=True, metavar="NAME", help="Compile only this program (repeatable).")
-@click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda[:N]", help="Device to compile for.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, metavar="cpu|cuda[:N]", help="Device to compile for.")
 @click.option("--name", metavar="NAME", help="Publish under this model name (default: REF's model).")
 @click.option("--alias", "aliases", multiple=True, metavar="ALIAS", help="Point ALIAS at the new version (repeatable).")
 @click.option("--sign", "sign_key", metavar="KEY", help="Sign the new version with this private key.")
 @click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB", help=_SIGNATURE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
-def compile_cmd(app: App, ref: str, programs: tuple[str, ...], device: str, name: str | None,
+def compile_cmd(app: App, ref: str, programs: tuple[str, ...], device: Device, name: str | None,
                 aliases: tuple[str, ...], sign_key: str | None, pubkeys: tuple[str, ...], as_json: bool) -> None:
     """Compile REF's portable programs with AOTInductor for this machine and publish version N+1.
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import RegistryError
 from ..refs import Ref
+from .device import DeviceLike
 
 if TYPE_CHECKING:
     from ..client import Registry
@@ -78,7 +79,7 @@ def attested_target(t: Target) -> dict[str, Any]:
             "platform": t.platform, "machine": t.machine, "cpu_isa": t.cpu_isa}
 
 
-def run_attestation(registry: Registry, ref: str, *, device: str | None = None,
+def run_attestation(registry: Registry, ref: str, *, device: DeviceLike | None = None,
                     imports: Sequence[str] = (), libraries: Sequence[str] = (),
                     require_signature: Sequence[str] = (), trust_pickle: bool = False,
                     trust_native: bool = False) -> AttestRun:
@@ -87,33 +88,33 @@ def run_attestation(registry: Registry, ref: str, *, device: str | None = None,
     the bundle is here (not found, trust policy, a device this machine lacks) raise; errors
     after it make a failed run."""
     from .loader import load_bundle, needs_cpu_isa, verify_bundle
-    from .probe import default_device, probe
+    from .probe import probe, resolve_device
     from .sandbox import SandboxConfig
 
+    dev = resolve_device(device)  # a bad --device is exit 2 before anything is fetched
     version = registry.resolve(ref)
     src = registry.materialize(Ref(version.name, version=version.number),
                                require_signature=list(require_signature))
-    device = device or default_device()
-    t = probe(device, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
+    t = probe(dev, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
     target = attested_target(t)
     results: list[dict[str, Any]] = []
     try:
-        report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle,
+        report = verify_bundle(src, device=dev, target=t, trust_pickle=trust_pickle,
                                trust_native=trust_native)
         results.append({"check": "verify", "ok": report.compatible,
                         "errors": [f.message for f in report.errors]})
         report.raise_for_status()
         if not src.manifest.samples:
-            return AttestRun(version, False, device, target, results,
+            return AttestRun(version, False, str(dev), target, results,
                              "the bundle has no golden samples to attest")
         sandbox = SandboxConfig.from_env(registry.cache_dir, imports=imports, libraries=libraries)
-        bundle = load_bundle(src, device=device, target=t, trust_pickle=trust_pickle,
+        bundle = load_bundle(src, device=dev, target=t, trust_pickle=trust_pickle,
                              trust_native=trust_native, sandbox=sandbox)
         samples = bundle.run_samples()
     except RegistryError as exc:
-        return AttestRun(version, False, device, target, results, exc.one_line())
+        return AttestRun(version, False, str(dev), target, results, exc.one_line())
     results.extend(_json_safe({"check": "sample", **r.to_json()}) for r in samples)
     bad = [r for r in samples if not r.ok]
     error = (f"{len(bad)} of {len(samples)} sample(s) failed, first {bad[0].name}: "
              f"{bad[0].error or 'outputs outside tolerance'}") if bad else None
-    return AttestRun(version, not bad and bool(samples), device, target, results, error)
+    return AttestRun(version, not bad and bool(samples), str(dev), target, results, error)

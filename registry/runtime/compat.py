@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..format.manifest import AotiTarget, Manifest, ProgramSpec, Variant, baked_device_groups
 from ..pt2.graph import HARDWARE_DTYPES
-from .inputs import same_device
+from .device import Device, DeviceLike
 from .target import Target
 
 __all__ = ["Finding", "CompatReport", "VariantChoice", "check", "choose_variant", "choose_variants",
@@ -115,8 +115,9 @@ class CompatReport:
                 "program_order": list(self.variants)}  # JSON output sorts keys: the bundle's order
 
 
-def device_type_of(device: str | None, target: Target) -> str:
-    return (device or target.device_type).split(":", 1)[0]
+def device_type_of(device: Device | None, target: Target) -> str:
+    """The device type a check is for: the device's, else the target's."""
+    return device.type if device is not None else target.device_type
 
 
 def _err(code: str, program: str | None, message: str, why: str = "", fix: str = "") -> Finding:
@@ -187,7 +188,7 @@ class VariantChoice:
         return self.variant.id if self.variant is not None else None
 
 
-def _choose(program: ProgramSpec, target: Target, device: str | None, allow_native: bool) -> VariantChoice:
+def _choose(program: ProgramSpec, target: Target, device: Device | None, allow_native: bool) -> VariantChoice:
     device_type = device_type_of(device, target)
     rejected, passed_over = [], None
     for v in program.variants:
@@ -210,22 +211,23 @@ def _choose(program: ProgramSpec, target: Target, device: str | None, allow_nati
                          + "; ".join(rejected) + ")", passed_over)
 
 
-def choose_variant(program: ProgramSpec, target: Target, device: str | None = None, *,
+def choose_variant(program: ProgramSpec, target: Target, device: DeviceLike | None = None, *,
                    allow_native: bool = True) -> tuple[Variant | None, str]:
     """The variant to load on the target and why (None when no variant can run there).
 
     ``allow_native=False`` never chooses an AOTInductor variant (a compiled shared library):
     the portable program is used instead, and the reason says which variant was passed over.
     """
-    choice = _choose(program, target, device, allow_native)
+    choice = _choose(program, target, Device.parse_optional(device), allow_native)
     return choice.variant, choice.reason
 
 
-def choose_variants(manifest: Manifest, target: Target, device: str | None = None, *,
+def choose_variants(manifest: Manifest, target: Target, device: DeviceLike | None = None, *,
                     allow_native: bool = True) -> dict[str, VariantChoice]:
     """One ``VariantChoice`` per program, in program order: made once per check or load and
     handed to the rules that depend on it (``CompatReport.variants``)."""
-    return {name: _choose(prog, target, device, allow_native) for name, prog in manifest.programs.items()}
+    dev = Device.parse_optional(device)
+    return {name: _choose(prog, target, dev, allow_native) for name, prog in manifest.programs.items()}
 
 
 def pytree_classes_of(program: ProgramSpec) -> list[dict[str, Any]]:
@@ -246,13 +248,13 @@ def pytree_classes_of(program: ProgramSpec) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------- rules
 
-def _choices(manifest: Manifest, target: Target, device: str | None,
+def _choices(manifest: Manifest, target: Target, device: Device | None,
              choices: Mapping[str, VariantChoice] | None) -> Mapping[str, VariantChoice]:
     """The choice ``check`` made; a rule called on its own chooses with native code allowed."""
     return choices if choices is not None else choose_variants(manifest, target, device)
 
 
-def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
+def serde_schema_rule(manifest: Manifest, target: Target, device: Device | None, *,
                       choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """Serializer schema major must equal the runtime's; a newer minor warns; archive version 0."""
     out: list[Finding] = []
@@ -290,7 +292,7 @@ def serde_schema_rule(manifest: Manifest, target: Target, device: str | None, *,
     return out
 
 
-def torch_version_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def torch_version_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """The target torch must satisfy the bundle's PEP 440 requirement."""
     spec_text = manifest.requirements.torch
     if not spec_text:
@@ -314,7 +316,7 @@ def torch_version_rule(manifest: Manifest, target: Target, device: str | None) -
                  f"run it with torch {spec_text}, or rebuild the bundle for torch {target.torch_version}")]
 
 
-def device_type_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def device_type_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """The device must be the target's, supported by the bundle, and new enough."""
     out = []
     device_type = device_type_of(device, target)
@@ -337,7 +339,7 @@ def device_type_rule(manifest: Manifest, target: Target, device: str | None) -> 
     return out
 
 
-def hardware_dtype_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def hardware_dtype_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """bf16 needs sm_80, fp8 sm_89 on CUDA; fp8 on CPU works but with few kernels (warning)."""
     out = []
     device_type = device_type_of(device, target)
@@ -381,7 +383,7 @@ def _dtype_finding(name: str, dtype: str, device_type: str, target: Target) -> F
     return None
 
 
-def custom_op_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def custom_op_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """Each custom op registered on the target, with the same schema and a kernel for the device."""
     out = []
     device_type = device_type_of(device, target)
@@ -417,7 +419,7 @@ def _norm(schema: str | None) -> str:
     return " ".join((schema or "").split())
 
 
-def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def torchbind_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """Every TorchBind class the program holds must be registered on the target."""
     have = {c.removeprefix("__torch__.") for c in target.torchbind_classes}
     out = []
@@ -432,7 +434,7 @@ def torchbind_rule(manifest: Manifest, target: Target, device: str | None) -> li
     return out
 
 
-def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
+def aoti_target_rule(manifest: Manifest, target: Target, device: Device | None, *,
                      choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """A program with only AOTInductor variants needs one built exactly for the target, and
     native code allowed (``native-code`` error otherwise, which refuses with exit 5)."""
@@ -456,16 +458,16 @@ def aoti_target_rule(manifest: Manifest, target: Target, device: str | None, *,
     return out
 
 
-def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
+def baked_device_rule(manifest: Manifest, target: Target, device: Device | None, *,
                       choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
     """Devices hard-coded at export: moved with the portable program (warning), else an error."""
     out = []
     choices = _choices(manifest, target, device, choices)
-    device = device or target.device_type
+    device = device or Device(target.device_type)
     for name, prog in manifest.programs.items():
         chosen = choices[name].variant
         # one finding per device and source line (each op: inspect --json, programs.*.baked_devices)
-        for g in baked_device_groups([b for b in prog.baked_devices if not same_device(b.device, device)]):
+        for g in baked_device_groups([b for b in prog.baked_devices if not _same(b.device, device)]):
             what = f"program {name!r}: {g.head}"
             code = f": {g.quote}" if g.quote else ""
             if chosen is not None and chosen.kind == "exported_program":
@@ -483,7 +485,7 @@ def baked_device_rule(manifest: Manifest, target: Target, device: str | None, *,
     return out
 
 
-def pytree_class_rule(manifest: Manifest, target: Target, device: str | None) -> list[Finding]:
+def pytree_class_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """Library pytree classes in a program's treespecs (transformers ``ModelOutput`` ...).
 
     torch resolves them by serialized name while deserializing. One whose context lists its
@@ -526,14 +528,22 @@ RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
 _VARIANT_RULES = (serde_schema_rule, aoti_target_rule, baked_device_rule)
 
 
-def check(manifest: Manifest, target: Target, device: str | None = None, *,
+def _same(recorded: str, device: Device) -> bool:
+    """A device read from the manifest is ``device`` (one it cannot parse is not)."""
+    d = Device.try_parse(recorded)
+    return d is not None and d.same_as(device)
+
+
+def check(manifest: Manifest, target: Target, device: DeviceLike | None = None, *,
           allow_native: bool = True) -> CompatReport:
-    """Run every rule and choose a variant per program. ``device`` defaults to the target's type.
+    """Run every rule and choose a variant per program. ``device`` (a ``Device`` or its text)
+    defaults to the target's type.
 
     ``allow_native=False``: AOTInductor variants are never chosen; an ``info`` finding
     ``native-code`` says which one was passed over and how to allow it, and a program with only
     such variants gets a ``native-code`` error.
     """
+    device = Device.parse_optional(device)
     variants = choose_variants(manifest, target, device, allow_native=allow_native)
     findings = [f for rule in RULES for f in (rule(manifest, target, device, choices=variants)
                                               if rule in _VARIANT_RULES else rule(manifest, target, device))]

@@ -27,11 +27,12 @@ from typing import Any, Sequence
 
 from ..errors import InputValidationError, UsageError
 from ..format.manifest import ConstantInput, Dim, ProgramSpec, Size, TensorSpec
+from .device import Device, DeviceLike
 from ..pt2.exprs import Expr, ExprError, parse_dim_expr
 from .torchrt import tree_unflatten, treespec_loads
 
 __all__ = ["check_inputs", "value_meta", "format_range", "BakedArgument", "call_arguments", "baked_arguments",
-           "check_baked", "fill_baked_call", "flat_count", "without_constants", "check_constant", "same_device"]
+           "check_baked", "fill_baked_call", "flat_count", "without_constants", "check_constant"]
 
 _SCALAR_TYPES = {"int": (int,), "symint": (int,), "float": (int, float), "symfloat": (int, float),
                  "bool": (bool,), "symbool": (bool,), "str": (str,)}
@@ -137,11 +138,13 @@ class _Symbols:
 
 
 def check_inputs(spec: Sequence[TensorSpec], values: Sequence[Any], *,
-                 device: str | None = None) -> dict[str, int]:
+                 device: DeviceLike | None = None) -> dict[str, int]:
     """Validate flat inputs (in signature order) against ``spec``; returns the symbol values.
 
-    ``device`` (e.g. ``"cuda:0"``), when given, is where every tensor input must live.
+    ``device`` (e.g. ``Device("cuda", 0)`` or ``"cuda:0"``), when given, is where every tensor
+    input must live.
     """
+    device = Device.parse_optional(device)
     if len(values) != len(spec):
         names = ", ".join(s.name for s in spec)
         raise InputValidationError(f"the program takes {len(spec)} input(s) ({names}), got {len(values)}")
@@ -151,7 +154,7 @@ def check_inputs(spec: Sequence[TensorSpec], values: Sequence[Any], *,
     return dict(symbols.values)
 
 
-def _check_one(s: TensorSpec, value: Any, symbols: _Symbols, device: str | None) -> None:
+def _check_one(s: TensorSpec, value: Any, symbols: _Symbols, device: Device | None) -> None:
     name, dtype, shape = s.name, s.dtype, s.shape
     meta = value_meta(value)
     if shape is None and dtype in _NON_TENSOR:  # tensors always have a shape list (even 0-d)
@@ -163,7 +166,7 @@ def _check_one(s: TensorSpec, value: Any, symbols: _Symbols, device: str | None)
     got_dtype, got_shape, got_device = meta
     if got_dtype != dtype:
         raise _fail(f"input {name!r} has dtype {got_dtype}, expected {dtype}", name)
-    if device and got_device and not same_device(got_device, device):
+    if device and got_device and not device.same_as(got_device):
         raise _fail(f"input {name!r} is on {got_device}, the program runs on {device}", name)
     if shape is None:
         return
@@ -197,13 +200,6 @@ def _check_scalar(s: TensorSpec, value: Any, meta: Any) -> None:
     if s.has_value and value != s.value:
         raise _fail(f"input {name!r} is {value!r}, but the program was exported with the constant "
                     f"{s.value!r} (non-tensor inputs are fixed at export)", name)
-
-
-def same_device(a: str, b: str) -> bool:
-    """``cuda`` and ``cuda:1`` are the same device; ``cuda:0`` and ``cuda:1`` are not."""
-    atype, _, aidx = a.partition(":")
-    btype, _, bidx = b.partition(":")
-    return atype == btype and (not aidx or not bidx or aidx == bidx)
 
 
 # ------------------------------------------------------------------------------ call binding

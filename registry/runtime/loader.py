@@ -23,14 +23,16 @@ moved to its device or handed back.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..atomic import USER_FILE, atomic_write
 from .compat import CompatReport, Finding, check, pytree_classes_of
+from .device import CPU, Device, DeviceLike
 from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
 from ..format.manifest import Manifest, ProgramSpec, Variant
@@ -41,7 +43,11 @@ from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle",
            "needs_cpu_isa", "pickle_findings", "native_code_findings", "native_allowed", "save_outputs",
-           "precheck_inputs"]
+           "precheck_inputs", "place_program", "Status"]
+
+#: where the loader says what it is doing while it takes long (the first-load sandbox): a
+#: function taking one line; ``pt2reg`` writes it on stderr
+Status = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,10 @@ _TORCH_INPUT_CHECK = re.compile(r"\s*(Guard failed|Expected input|Runtime assert
 class LoadedProgram:
     """A program ready to run on one device. Calls are validated against its signature first."""
 
-    def __init__(self, spec: ProgramSpec, variant: Variant, device: str, module: Any) -> None:
+    def __init__(self, spec: ProgramSpec, variant: Variant, device: DeviceLike, module: Any) -> None:
         self.spec = spec
         self.variant = variant
-        self.device = device
+        self.device = Device.parse(device)
         self._module = module
 
     @property
@@ -138,12 +144,12 @@ class LoadedProgram:
 class LoadedBundle:
     """Programs of one bundle loaded for one device, by name: ``bundle["decoder"](x)``."""
 
-    def __init__(self, src: MaterializedBundle, report: CompatReport, target: Target, device: str,
+    def __init__(self, src: MaterializedBundle, report: CompatReport, target: Target, device: DeviceLike,
                  programs: Mapping[str, LoadedProgram]) -> None:
         self.source = src
         self.report = report
         self.target = target
-        self.device = device
+        self.device = Device.parse(device)
         self._programs = dict(programs)
 
     @property
@@ -153,6 +159,14 @@ class LoadedBundle:
     @property
     def digest(self) -> str:
         return self.source.digest
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the bundle's only loaded program (``load(ref)(x)``); with several, name one:
+        ``bundle["decoder"](x)``."""
+        if len(self._programs) != 1:
+            raise UsageError(f"the bundle has programs {', '.join(self._programs)}; call one by name: "
+                             f"bundle[{next(iter(self._programs))!r}](...)")
+        return next(iter(self._programs.values()))(*args, **kwargs)
 
     def __getitem__(self, name: str) -> LoadedProgram:
         try:
@@ -172,7 +186,7 @@ class LoadedBundle:
 
     def run_samples(self) -> list[SampleResult]:
         """Run every golden sample of the loaded programs on the device and compare outputs."""
-        from .samples import compare_outputs, read_sample
+        from .samples import compare_outputs, read_sample, sample_tolerance
 
         results = []
         for s in self.manifest.samples:
@@ -192,7 +206,8 @@ class LoadedBundle:
                 results.append(SampleResult(s.name, s.program, program.variant.id, False, (), s.rtol, s.atol,
                                             f"{type(exc).__name__}: {first}"))
                 continue
-            rows = compare_outputs(actual, expected, s.rtol, s.atol)
+            rows = compare_outputs(actual, expected, s.rtol, s.atol,
+                                   tolerance=lambda dtype, s=s: sample_tolerance(s, self.device, dtype))
             results.append(SampleResult(s.name, s.program, program.variant.id, all(r["ok"] for r in rows),
                                         tuple(rows), s.rtol, s.atol))
         return results
@@ -204,13 +219,25 @@ def needs_cpu_isa(manifest: Manifest) -> bool:
                for p in manifest.programs.values() for v in p.variants)
 
 
-def _resolve_target(src: MaterializedBundle, device: str | None, target: Target | None) -> Target:
+def _resolve_target(src: MaterializedBundle, device: Device | None, target: Target | None) -> Target:
     if target is not None:
         return target
     from .probe import probe
 
     needed = {op.dispatcher_name for spec in src.manifest.programs.values() for op in spec.required_ops}
     return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed))
+
+
+def _load_device(device: DeviceLike | None, target: Target | None) -> Device:
+    """The device a load runs on: the one named; else the target's device type when a target
+    is given; else the default policy (``probe.default_device``: cuda:0 if available, else cpu)."""
+    if device is not None:
+        return Device.parse(device)
+    if target is not None:
+        return Device(target.device_type)
+    from .probe import default_device
+
+    return default_device()
 
 
 @dataclass(frozen=True)
@@ -326,7 +353,7 @@ def _default_sandbox() -> Any:
     return SandboxConfig.from_env(Settings.resolve().cache_dir)
 
 
-def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target: Target | None = None,
+def verify_bundle(src: MaterializedBundle, *, device: DeviceLike | None = None, target: Target | None = None,
                   trust_pickle: bool = False, trust_native: bool = False) -> CompatReport:
     """Every check but the load: compatibility with the target and the pickle scan, all at once.
 
@@ -336,18 +363,30 @@ def verify_bundle(src: MaterializedBundle, *, device: str | None = None, target:
 
         report = verify_bundle(src, target=Target.load("box.json"))
         report.compatible, [f.message for f in report.findings]
+
+    ``device`` (a ``Device`` or its text) defaults to the target's device type, and without a
+    target to the default policy (cuda:0 if available, else cpu), as ``load_bundle`` does.
     """
-    target = _resolve_target(src, device, target)
-    report = check(src.manifest, target, device, allow_native=native_allowed(src, trust_native))
+    dev = Device.parse_optional(device)
+    target = _resolve_target(src, dev, target)
+    report = check(src.manifest, target, dev, allow_native=native_allowed(src, trust_native))
     extra = pickle_findings(src, report, trust_pickle=trust_pickle) + native_code_findings(src, report)
     compatible = report.compatible and not any(f.severity == "error" for f in extra)
     return CompatReport(compatible, report.findings + tuple(extra), report.variants)
 
 
-def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target | None = None,
+def load_bundle(src: MaterializedBundle, *, device: DeviceLike | None = None, target: Target | None = None,
                 trust_pickle: bool = False, programs: Sequence[str] | None = None,
-                trust_native: bool = False, sandbox: Any = None, map_weights: bool = True) -> LoadedBundle:
-    """Check the bundle against ``target`` (default: ``probe(device)``), then load it on ``device``.
+                trust_native: bool = False, sandbox: Any = None, map_weights: bool = True,
+                status: Status | None = None) -> LoadedBundle:
+    """Check the bundle against ``target`` (default: ``probe(device)``), then load it on ``device``
+    (a ``Device`` or its text; default: the target's device type, else cuda:0 if this machine
+    has a GPU, else cpu).
+
+    Every weight is deserialized onto the CPU (mapped, not read) whatever device the program
+    was exported on, and the program is then moved to ``device`` with ``move_to_device_pass``:
+    a program exported on a GPU loads and runs on a CPU-only machine, and deserializing never
+    needs a GPU.
 
     Raises IncompatibleError (exit 4, ``.findings``) before any deserialization when an error
     rule fires, and UnsafeArchiveError (exit 5) for pickled members unless ``trust_pickle``.
@@ -360,12 +399,14 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     copy-on-write map of its verified cache file, not copies (README "Weights are mapped, not
     copied"); False copies them into process memory as ``torch.export.load`` does (a process
     that must not fault pages in from disk later, or whose cache may be truncated under it).
+    ``status``: told one line when the load will take long (the first-load sandbox check).
     """
     wanted = list(programs) if programs is not None else list(src.manifest.programs)
     unknown = [p for p in wanted if p not in src.manifest.programs]
     if unknown:
         raise NotFoundError(f"bundle has no program {unknown[0]!r}; programs: "
                             f"{', '.join(src.manifest.programs)}", what="program", name=unknown[0])
+    device = _load_device(device, target)
     target = _resolve_target(src, device, target)
     allow_native = native_allowed(src, trust_native)
     report = check(src.manifest, target, device, allow_native=allow_native)
@@ -403,7 +444,7 @@ def load_bundle(src: MaterializedBundle, *, device: str = "cpu", target: Target 
     if src.pending is not None and (not map_weights or any(v.kind == "aoti" for _, v in chosen) or
                                     sandboxed_first(src, config)):
         src = src.settled()  # torch (or the sandbox's child) would read the weights: all verified first
-    vet_programs(src, chosen, device, config)
+    vet_programs(src, chosen, device, config, status=status)
     programs = []
     for spec, variant in chosen:
         src, program = _deserialize(src, spec, variant, device, map_weights)
@@ -422,7 +463,7 @@ def sandboxed_first(src: MaterializedBundle, config: Any) -> bool:
     return bool(config.enabled and not src.trusted_signers)
 
 
-def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: str,
+def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, device: Device,
                  map_weights: bool) -> tuple[MaterializedBundle, Any]:
     """The variant's program as torch loads it (an ExportedProgram, or the AOTInductor
     runner), and ``src`` (settled if torch needed a weight not verified yet: it is then loaded
@@ -445,16 +486,33 @@ def _deserialize(src: MaterializedBundle, spec: ProgramSpec, variant: Variant, d
                                               label=label, program=spec.name, map_weights=map_weights)
 
 
-def _on_device(program: Any, spec: ProgramSpec, variant: Variant, device: str) -> Any:
-    """The callable module of a deserialized program, its weights moved to ``device``."""
-    from . import torchrt
-
+def _on_device(program: Any, spec: ProgramSpec, variant: Variant, device: Device) -> Any:
+    """The callable module of a deserialized program on ``device``."""
     if variant.kind == "aoti":
         return program
-    baked_elsewhere = any(b.device.split(":")[0] != device.split(":")[0] for b in spec.baked_devices)
-    if device != "cpu" or baked_elsewhere:
-        program = torchrt.move_to_device(program, device)
-    return torchrt.restore_guards(program).module()
+    return place_program(program, spec, device)
+
+
+def recorded_devices(spec: ProgramSpec) -> set[str]:
+    """Every device the program's files name: baked into ops, its weights', its inputs' and
+    outputs' (as written: parsed by whoever compares them)."""
+    return ({b.device for b in spec.baked_devices}
+            | {t.device for t in (*spec.inputs, *spec.outputs) if t.device})
+
+
+def place_program(ep: Any, spec: ProgramSpec, device: DeviceLike) -> Any:
+    """The callable module of a deserialized portable program (its weights on the CPU, as
+    ``torchrt.load_exported_program`` places them) running on ``device``: moved there with
+    ``move_to_device_pass`` (weights, baked device arguments, the graph's tensor metadata)
+    unless the device is the CPU and every device the program records is the CPU too, where
+    the pass would only cost time; its export guards restored (``torchrt.restore_guards``)."""
+    from . import torchrt
+
+    dev = Device.parse(device)
+    recorded = [Device.try_parse(d) for d in recorded_devices(spec)]
+    if not dev.is_cpu or any(d is None or not d.same_as(dev) for d in recorded):
+        ep = torchrt.move_to_device(ep, dev)
+    return torchrt.restore_guards(ep).module()
 
 
 class _ChecksPassed(Exception):
@@ -481,41 +539,59 @@ def precheck_inputs(spec: ProgramSpec, value: Any) -> None:
         pass
 
 
-def load(source: str | os.PathLike | MaterializedBundle, *, device: str = "cpu",
+def load(source: str | os.PathLike | MaterializedBundle, *, device: DeviceLike | None = None,
          target: Target | None = None, trust_pickle: bool = False, imports: Sequence[str] = (),
          libraries: Sequence[str] = (), cache_dir: str | os.PathLike | None = None,
          programs: Sequence[str] | None = None, require_signature: Sequence[str] = (),
-         trust_native: bool = False, map_weights: bool = True) -> LoadedBundle:
+         trust_native: bool = False, map_weights: bool = True, registry: Any = None,
+         status: Status | None = None) -> LoadedBundle:
     """``registry.load``: a bundle file, a registry ref or a materialized bundle, loaded on ``device``.
 
-    The trust policy (``HOME/trust.toml`` or ``PT2REG_TRUST``) and ``require_signature`` are
-    enforced before anything is deserialized (SignatureError, exit 5). AOTInductor variants are
-    used only when a trusted key signed the bundle or ``trust_native=True``. ``map_weights``:
-    see ``load_bundle``. For example::
+    ``device`` (``"cuda:1"`` or a ``Device``) defaults as ``pt2reg run`` does: cuda:0 when this
+    machine has a GPU, else cpu (``probe.default_device``). The trust policy
+    (``HOME/trust.toml`` or ``PT2REG_TRUST``) and ``require_signature`` are enforced before
+    anything is deserialized (SignatureError, exit 5). AOTInductor variants are used only when
+    a trusted key signed the bundle or ``trust_native=True``. ``map_weights`` and ``status``:
+    see ``load_bundle``. ``registry``: an open ``Registry`` to resolve refs with (default: one
+    from the environment, closed when the load is done). ``pt2reg run`` is this function. For
+    example::
 
         bundle = load("team/translator@prod", device="cuda:0", imports=["mylib.ops"])
         bundle["decoder"](hidden, targets)
+        load("model.pt2b")(x)                # a one-program bundle is callable itself
     """
     from ..client import Registry
-    from ..sources import open_source
     from .sandbox import SandboxConfig
     from .torchrt import import_modules, load_libraries
 
+    dev = Device.parse_optional(device)  # a bad device is refused before anything is fetched
     load_libraries(list(libraries))
     import_modules(list(imports))
     # the trust policy and require_signature before anything is deserialized. A ref not cached
     # comes back with its raw weights still being fetched (``src.pending``) while torch
     # deserializes the rest: the registry stays open until load_bundle has settled it
-    with Registry(cache_dir=cache_dir) as reg:
+    with contextlib.ExitStack() as stack:
+        reg = registry if registry is not None else stack.enter_context(Registry(cache_dir=cache_dir))
         sandbox = SandboxConfig.from_env(reg.cache_dir, imports=imports, libraries=libraries)
-        src = open_source(source, registry=reg, require_signature=require_signature, defer_weights=map_weights,
-                          in_place=lambda s: not sandboxed_first(s, sandbox))
+        src = open_source_for_load(source, reg, sandbox, require_signature=require_signature,
+                                   defer_weights=map_weights)
         try:
-            return load_bundle(src, device=device, target=target, trust_pickle=trust_pickle, programs=programs,
-                               trust_native=trust_native, sandbox=sandbox, map_weights=map_weights)
+            return load_bundle(src, device=dev, target=target, trust_pickle=trust_pickle, programs=programs,
+                               trust_native=trust_native, sandbox=sandbox, map_weights=map_weights, status=status)
         finally:
             if src.pending is not None:
                 src.pending.abort()  # a load that failed first: stop the fetch, leave no file
+
+
+def open_source_for_load(source: str | os.PathLike | MaterializedBundle, registry: Any, sandbox: Any, *,
+                         require_signature: Sequence[str] = (), defer_weights: bool = True) -> MaterializedBundle:
+    """``open_source`` as a load wants it: the trust policy enforced, a cold ref's weights
+    (``defer_weights``) fetched while the load runs, and used in place in a local store unless
+    the first-load sandbox (``sandbox``) will read them first. The caller aborts ``pending``."""
+    from ..sources import open_source
+
+    return open_source(source, registry=registry, require_signature=require_signature,
+                       defer_weights=defer_weights, in_place=lambda s: not sandboxed_first(s, sandbox))
 
 
 def save_outputs(path: str | os.PathLike, outputs: Sequence[Any]) -> Path:

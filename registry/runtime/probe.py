@@ -1,47 +1,46 @@
-"""Read the live machine into a ``Target``::
+"""Read the live machine into a ``Target``, and decide the default device::
 
     t = probe("cuda:0", imports=["mylib.ops"])
     t.device_type, t.compute_capability, "mylib::myop" in t.custom_ops   # -> ('cuda', (9, 0), True)
+    resolve_device(None)   # -> Device('cuda', 0) on a GPU host, Device('cpu') elsewhere
 
 Op libraries and modules given here are loaded first, so the target lists the custom ops they
-register (that is how ``--import`` makes a bundle with custom ops verify).
+register (that is how ``--import`` makes a bundle with custom ops verify). Nothing here compiles
+or runs code: the CPU's vector ISA comes from its feature flags (``torchrt.cpu_isa``), so a probe
+costs a few dispatcher queries after ``import torch`` (and the CUDA context, for a GPU).
 """
 from __future__ import annotations
 
 import platform
-import re
 import sys
 from typing import Sequence
 
-from ..errors import IncompatibleError, UsageError
+from ..errors import IncompatibleError
+from .device import CPU, Device, DeviceLike
 from .target import OpInfo, Target
 
-__all__ = ["probe", "default_device", "parse_device"]
-
-_DEVICE = re.compile(r"^([a-z_][a-z0-9_]*)(?::(\d+))?$")
+__all__ = ["probe", "default_device", "resolve_device"]
 
 
-def parse_device(device: str) -> tuple[str, int | None]:
-    """``"cuda:1"`` -> ("cuda", 1); a clear UsageError for anything else."""
-    m = _DEVICE.match(device or "")
-    if not m:
-        raise UsageError(f"invalid device {device!r}", hint="use a torch device like cpu, cuda or cuda:1")
-    return m.group(1), int(m.group(2)) if m.group(2) is not None else None
-
-
-def default_device() -> str:
-    """``cuda:0`` when this machine has a usable CUDA (or ROCm) GPU, else ``cpu``."""
+def default_device() -> Device:
+    """``cuda:0`` when this machine has a usable CUDA (or ROCm) GPU, else ``cpu``: the one
+    default policy of ``pt2reg run``/``verify``/``attest``/``target`` and ``registry.load``."""
     from .torchrt import cuda_available
 
-    return "cuda:0" if cuda_available() else "cpu"
+    return Device("cuda", 0) if cuda_available() else CPU
 
 
-def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Sequence[str] = (), *,
+def resolve_device(requested: DeviceLike | None) -> Device:
+    """The device named (parsed: ``UsageError`` for a bad one), else ``default_device()``."""
+    return Device.parse(requested) if requested is not None else default_device()
+
+
+def probe(device: DeviceLike | None = None, imports: Sequence[str] = (), libraries: Sequence[str] = (), *,
           cpu_isa: bool = True, ops: Sequence[str] | None = None) -> Target:
     """Describe this process's runtime for ``device`` (default: ``default_device()``).
 
-    ``imports``/``libraries`` register custom ops first. ``cpu_isa=False`` skips the CPU ISA
-    detection (it compiles a probe program); it matters only for AOTInductor CPU variants.
+    ``imports``/``libraries`` register custom ops first. ``cpu_isa=False`` leaves the CPU ISA
+    out of the target (it matters only for AOTInductor CPU variants; reading it is cheap).
     ``ops`` (dispatcher names such as ``ns::op``) limits the custom-op table to those ops.
     Raises IncompatibleError when the device type is not usable here (e.g. cuda without a GPU).
     """
@@ -50,16 +49,15 @@ def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Seq
     rt.load_libraries(list(libraries))
     rt.import_modules(list(imports))
     t = rt.torch()
-    device = device or default_device()
-    device_type, index = parse_device(device)
-    _check_available(t, device, device_type, index)
-    cc = rt.cuda_capability(index) if device_type == "cuda" else None
+    dev = resolve_device(device)
+    _check_available(t, dev)
+    cc = rt.cuda_capability(dev.index) if dev.type == "cuda" else None
     ops = {name: OpInfo(info["schema"], tuple(info["dispatch_keys"]))
            for name, info in rt.registered_custom_ops(ops).items()}
     return Target(
         torch_version=str(t.__version__),
         serde_schema=rt.serde_schema_version(),
-        device_type=device_type,
+        device_type=dev.type,
         compute_capability=cc,
         cuda_version=t.version.cuda,
         rocm_version=rt.hip_version(),
@@ -71,15 +69,15 @@ def probe(device: str | None = None, imports: Sequence[str] = (), libraries: Seq
     )
 
 
-def _check_available(t, device: str, device_type: str, index: int | None) -> None:
-    if device_type in ("cpu", "meta"):
+def _check_available(t, dev: Device) -> None:
+    if dev.type in ("cpu", "meta"):
         return
-    module = getattr(t, device_type, None)
+    module = getattr(t, dev.type, None)
     is_available = getattr(module, "is_available", None)
     if not callable(is_available) or not is_available():
         raise IncompatibleError(
-            f"device {device} is not available on this machine (torch {t.__version__})",
+            f"device {dev} is not available on this machine (torch {t.__version__})",
             hint="check the device, or verify against a machine description with --target FILE.json")
     count = getattr(module, "device_count", lambda: 1)()
-    if index is not None and index >= count:
-        raise IncompatibleError(f"device {device} is not available: this machine has {count} {device_type} device(s)")
+    if dev.index is not None and dev.index >= count:
+        raise IncompatibleError(f"device {dev} is not available: this machine has {count} {dev.type} device(s)")

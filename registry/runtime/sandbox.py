@@ -38,9 +38,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..constants import PACKAGE_PARENT
+from .device import Device, DeviceLike
 
 __all__ = ["SandboxConfig", "vet_program", "vet_programs", "ENV_SANDBOX", "ENV_SANDBOX_MEMORY",
            "ENV_SANDBOX_SECONDS", "parse_size", "vetted_path"]
@@ -53,7 +54,7 @@ DEFAULT_MEMORY_BASE = 4 << 30
 GiB = 1 << 30
 
 # child exit codes
-_RC_OK, _RC_OOM, _RC_ERROR = 0, 3, 4
+_RC_OK, _RC_OOM, _RC_ERROR, _RC_INCOMPATIBLE = 0, 3, 4, 6
 _OK_LINE = "pt2reg-sandbox: ok"
 
 
@@ -104,8 +105,11 @@ def vetted_path(config: SandboxConfig, member_digest: str) -> Path:
     return config.vetted_dir / f"{member_digest.split(':', 1)[-1]}.json"
 
 
-def _entry(kind: str, archive_name: str, device: str) -> str:
-    return f"{kind}:{archive_name}:{device.split(':', 1)[0]}"
+def _entry(kind: str, archive_name: str, device: Device) -> str:
+    """What a verdict covers: a portable program is deserialized on the CPU whatever device it
+    will run on (``torchrt.load_exported_program``), so one verdict serves every device; an
+    AOTInductor package is loaded for its device type."""
+    return f"{kind}:{archive_name}:{device.type}" if kind == "aoti" else f"{kind}:{archive_name}"
 
 
 def _torch_version() -> str:
@@ -157,18 +161,21 @@ def _libraries(config: SandboxConfig) -> list[str]:
     return libs
 
 
-def vet_program(src: Any, spec: Any, variant: Any, device: str, config: SandboxConfig) -> str:
+def vet_program(src: Any, spec: Any, variant: Any, device: DeviceLike, config: SandboxConfig) -> str:
     """Make sure torch can deserialize ``variant`` of ``spec`` in a limited child before the caller
     does. Returns "off", "trusted", "cached" or "vetted"; raises IntegrityError (exit 5) when the
     child crashed, ran out of memory or time, or torch refused the program there."""
     return vet_programs(src, [(spec, variant)], device, config)[spec.name]
 
 
-def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
-                 config: SandboxConfig) -> dict[str, str]:
+def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: DeviceLike,
+                 config: SandboxConfig, status: Callable[[str], None] | None = None) -> dict[str, str]:
     """``vet_program`` for several programs of one bundle at once: the ones not vetted yet are
     deserialized one after another in a single child (one python + torch start for all).
-    Returns program name -> "off" | "trusted" | "cached" | "vetted"."""
+    Portable programs are deserialized on the CPU there (the child never starts a GPU); an
+    AOTInductor package is loaded on ``device``. ``status`` is told one line before the child
+    starts (it takes seconds). Returns program name -> "off" | "trusted" | "cached" | "vetted"."""
+    device = Device.parse(device)
     if not config.enabled:
         return {spec.name: "off" for spec, _ in items}
     if getattr(src, "trusted_signers", ()):
@@ -191,7 +198,7 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
     memory = config.memory or DEFAULT_MEMORY_BASE + 3 * sizes
     seconds = config.seconds * len(todo)
     limit_kind = "data" if _gpu_build() else "as"
-    cmd = [sys.executable, "-m", "registry.runtime.sandbox", "--device", device, "--memory", str(memory),
+    cmd = [sys.executable, "-m", "registry.runtime.sandbox", "--device", str(device), "--memory", str(memory),
            "--limit", limit_kind, "--seconds", str(int(seconds + 0.999))]
     for mod in config.imports:
         cmd += ["--import", mod]
@@ -209,6 +216,10 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_SANDBOX] = "off"  # the child never recurses
     label = src.label or src.digest
+    if status is not None:
+        names = ", ".join(repr(t[0].name) for t in todo)
+        status(f"first load of {label} on this machine: deserializing program{'s' if len(todo) > 1 else ''} "
+               f"{names} in a sandbox first (once per program and torch; {ENV_SANDBOX}=off skips it)")
     started = time.monotonic()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
@@ -223,6 +234,13 @@ def vet_programs(src: Any, items: Sequence[tuple[Any, Any]], device: str,
         _refuse(f"program {todo[0][0].name!r} of {label}", "could not start", f"({exc.strerror or exc})",
                 f"{ENV_SANDBOX}=off skips this check (not recommended for unsigned programs)")
     ok = _oks(done.stdout)
+    if done.returncode == _RC_INCOMPATIBLE:  # not a verdict on the file: it cannot load *here*
+        from ..errors import IncompatibleError
+
+        _remember_all(todo[:ok], torch_version)
+        last = next((ln.strip() for ln in reversed((done.stderr or "").splitlines()) if ln.strip()), "")
+        raise IncompatibleError(f"program {todo[min(ok, len(todo) - 1)][0].name!r} of {label} cannot load on this "
+                                f"machine: {last.split(': ', 1)[-1][:300]}")
     verdict = _verdict(done, memory, seconds, time.monotonic() - started, len(todo))
     if verdict is None or ok < len(todo):  # a failure after the last program: nothing is vetted
         _remember_all(todo[:ok], torch_version)  # those deserialized cleanly before the failure
@@ -285,7 +303,8 @@ def _verdict(done: subprocess.CompletedProcess, memory: int, seconds: float,
 
 
 #: a crash is not always the file's doing: torch 2.11's AOTInductor CUDA loader crashed (SIGSEGV)
-#: on a freshly compiled, benign package on an H100 (scripts/gpu_smoke.py --aoti), without us
+#: on a freshly compiled, benign package on an H100, without us (scripts/gpu_aoti_diagnose.py splits
+#: such a load into its steps)
 CRASHED = ("the program is damaged or hostile, or this torch's own loader crashes on it "
            "(check that the same torch loads a program you built yourself)")
 
@@ -315,6 +334,8 @@ _OOM_TEXT = re.compile(r"alloc|out of memory|not enough memory|cannot allocate|b
 
 def _child(argv: Sequence[str]) -> int:
     import argparse
+
+    from ..errors import IncompatibleError
 
     p = argparse.ArgumentParser(prog="python -m registry.runtime.sandbox")
     p.add_argument("--program", dest="programs", nargs=3, action="append", required=True,
@@ -347,6 +368,9 @@ def _child(argv: Sequence[str]) -> int:
     except MemoryError as exc:
         print(f"MemoryError: {exc}", file=sys.stderr)
         return _RC_OOM
+    except IncompatibleError as exc:  # a device or library this machine lacks: exit 4, not a verdict
+        print(f"IncompatibleError: {exc.one_line()}", file=sys.stderr)
+        return _RC_INCOMPATIBLE
     except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
         text = " ".join(str(exc).split()) or type(exc).__name__
         cause = exc.__cause__

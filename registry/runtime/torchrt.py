@@ -47,8 +47,8 @@ __all__ = [
     "load_inputs_file", "flatten_outputs", "environment", "import_modules", "load_libraries",
     "quiet_torch", "torch_loading", "restore_guards",
     "DISPATCH_KEYS", "serde_schema_version", "has_kernel", "registered_custom_ops", "all_op_schemas",
-    "torchbind_classes", "cpu_isa", "cuda_capability", "cuda_available", "hip_version",
-    "move_to_device", "load_aoti", "bind_call", "to_device",
+    "torchbind_classes", "cpu_isa", "cuda_capability", "cuda_available", "device_available", "hip_version",
+    "move_to_device", "device_unavailable", "load_aoti", "bind_call", "to_device",
     "tree_flatten", "tree_unflatten", "treespec_loads",
     "PytreeStandIn", "pytree_registered", "stand_in_pytree_classes", "pytree_missing", "module_to_import",
     "AOTI_OPTIONS", "aoti_compile",
@@ -164,12 +164,15 @@ def torch_loading(what: str, hint: str, hide: tuple[Any, Any] | None = None) -> 
     except Exception as exc:
         missing = pytree_missing(exc)
         if missing:  # not damage: a library class this process has not registered
-            from ..errors import IncompatibleError
-
             raise IncompatibleError(
                 f"cannot load {what}: it returns or takes {missing}, a pytree class not registered here "
                 f"and not one the registry can stand in for",
                 hint=f"import the module that registers it: --import {module_to_import(missing)}") from None
+        unusable = device_unavailable(exc)
+        if unusable:
+            raise IncompatibleError(f"cannot load {what} on this machine: {unusable}",
+                                    hint="run it where that device is available, or pass --device for one "
+                                         "this machine has (a portable program moves to any device)") from exc
         text = brief(exc, 200)
         if hide and hide[0]:
             text = text.replace(os.fspath(hide[0]), hide[1] or "the archive")
@@ -228,15 +231,20 @@ _MAPPING = threading.local()  # this thread's mapped file while load_pt2 runs, e
 @contextlib.contextmanager
 def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset(),
                     elsewhere: Iterable[InPlaceSegment] = ()) -> Iterator[None]:
-    """While ``load_pt2`` reads ``f`` in this thread, build its weights over a map of ``f``
+    """While ``load_pt2`` reads ``f`` in this thread: every weight and constant is placed on the
+    CPU, whatever device the file names (``_on_host``: a program exported on a GPU deserializes
+    on a machine without one, and nothing here initializes a GPU; the loader then moves the
+    program to the device that runs it); with ``f``, the weights are built over a map of ``f``
     (the records ``elsewhere`` places over maps of their own files); reading a record in
     ``unverified`` raises ``WeightsNotVerified`` instead."""
+    installed = _install_mapped_file_map()
     if unverified:
         _install_read_guard()
         _MAPPING.unverified = unverified
     _MAPPING.elsewhere = {s.offset: s for s in elsewhere}
+    _MAPPING.host = installed
     try:
-        if f is None or not _install_mapped_file_map():
+        if f is None or not installed:
             if unverified or _MAPPING.elsewhere:  # torch copies every weight: each must be verified first
                 raise WeightsNotVerified("weights are copied, not mapped")
             yield
@@ -246,6 +254,19 @@ def _weights_mapped(f: Any, unverified: frozenset[str] = frozenset(),
     finally:
         _MAPPING.unverified = frozenset()
         _MAPPING.elsewhere = {}
+        _MAPPING.host = False
+
+
+def _on_host(config: Any) -> None:
+    """Every tensor record of a payload config (weights, constants) placed on the CPU: the
+    device in its ``tensor_meta`` is rewritten before torch's loader (or ours) reads it. Only the
+    graph's metadata keeps the exporting device, which ``move_to_device`` rewrites."""
+    from torch._export.serde.schema import Device  # private: the serializer's device record
+
+    for meta in config.config.values():
+        tensor_meta = meta.tensor_meta
+        if tensor_meta is not None and getattr(tensor_meta.device, "type", "cpu") != "cpu":
+            tensor_meta.device = Device(type="cpu", index=None)
 
 
 @contextlib.contextmanager
@@ -269,8 +290,9 @@ def _file_mapped(f: Any, unverified: frozenset[str]) -> Iterator[None]:
 
 def _install_mapped_file_map() -> bool:
     """Route torch's ``_build_file_map`` (raw payload record -> flat tensor) through
-    ``_mapped_file_map`` once per process; False if this torch has no such function (then
-    weights are copied, as torch does)."""
+    ``_mapped_file_map`` (records on the CPU, mapped where the thread maps a file) once per
+    process; False if this torch has no such function (then weights are copied, as torch
+    does, onto the devices the file names)."""
     import torch.export.pt2_archive._package as package  # private: the payload loader
 
     original = getattr(package, "_build_file_map", None)
@@ -278,6 +300,8 @@ def _install_mapped_file_map() -> bool:
         return False
     if not getattr(original, "registry_mapped", False):
         def build_file_map(archive_reader: Any, config: Any, base_dir: str) -> dict[str, Any]:
+            if getattr(_MAPPING, "host", False):  # one of the registry's loads (this thread)
+                _on_host(config)
             storage = getattr(_MAPPING, "storage", None)
             unverified = getattr(_MAPPING, "unverified", frozenset())
             elsewhere = getattr(_MAPPING, "elsewhere", {})
@@ -761,24 +785,89 @@ def torchbind_classes() -> list[str]:
     return sorted(names)
 
 
+#: inductor's x86 vector ISAs, widest first, each with the CPU features it needs, named as
+#: ``str(isa).upper()`` names them in AOTInductor's ``AOTI_CPU_ISA``
+_X86_ISAS = (("AVX512 AVX512_VNNI AMX_TILE", ("avx512", "vnni", "amx_tile")),
+             ("AVX512 AVX512_VNNI", ("avx512", "vnni")), ("AVX512", ("avx512",)), ("AVX2", ("avx2",)))
+#: /proc/cpuinfo flags behind each feature, where torch's own checks are missing
+_CPUINFO_FLAGS = {"avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512dq", "avx512vl", "avx512bw"),
+                  "vnni": ("avx512_vnni",), "amx_tile": ("amx_tile",)}
+
+
 def cpu_isa() -> str | None:
-    """The vector ISA as AOTInductor records it in ``AOTI_CPU_ISA`` (e.g. ``"AVX512 AVX512_VNNI"``).
+    """The CPU's vector ISA named as AOTInductor records it in ``AOTI_CPU_ISA`` (e.g.
+    ``"AVX512 AVX512_VNNI"``): the widest of inductor's ISAs whose features this CPU has, read
+    from its feature flags (torch's ``cpuinfo`` checks, else ``/proc/cpuinfo``). Nothing is
+    compiled: inductor's ``pick_vec_isa`` also compiles a test program per ISA (seconds to
+    minutes), which says what this machine's compiler can *build*, not what its CPU can *run*,
+    and running a variant is what a target describes. ``ATEN_CPU_CAPABILITY`` is not
+    consulted for the same reason. None where the architecture has no ISA inductor names."""
+    machine = platform.machine()
+    if machine in ("x86_64", "AMD64"):
+        have = _x86_features()
+        return next((name for name, needs in _X86_ISAS if all(have.get(f) for f in needs)), None)
+    if machine in ("aarch64", "arm64"):
+        return "ASIMD"   # inductor's NEON and SVE ISAs are both named asimd; every aarch64 has it
+    if machine == "ppc64le":
+        return "VSX"
+    if machine == "s390x":
+        return "ZVECTOR" if "vxe" in _cpuinfo_flags() else None
+    return None
 
-    Uses inductor's own detection so the strings compare exactly; it compiles a probe program
-    once, so callers ask only when an AOTInductor CPU variant is in play. None when undetectable.
-    """
+
+def _x86_features() -> dict[str, bool]:
+    """avx2 / avx512 / vnni / amx_tile, as inductor's ``x86_isa_checker`` asks torch for them."""
+    checks = {"avx2": "_is_avx2_supported", "avx512": "_is_avx512_supported", "vnni": "_is_vnni_supported",
+              "amx_tile": "_is_amx_tile_supported"}
+    cpu = getattr(torch(), "cpu", None)
+    flags: set[str] | None = None
+    out = {}
+    for feature, name in checks.items():
+        check = getattr(cpu, name, None)  # private: torch's cpuinfo-backed feature checks
+        try:
+            out[feature] = bool(check()) if callable(check) else None
+        except Exception:  # noqa: BLE001 - an exotic build: the flags decide
+            out[feature] = None
+        if out[feature] is None:
+            flags = _cpuinfo_flags() if flags is None else flags
+            out[feature] = all(f in flags for f in _CPUINFO_FLAGS[feature])
+    out["vnni"] = bool(out["vnni"] and out["avx512"])
+    return out  # type: ignore[return-value]
+
+
+def _cpuinfo_flags() -> set[str]:
     try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa  # private
-
-        isa = pick_vec_isa()
-    except Exception:  # no compiler, exotic CPU: the ISA is then unknown, not an error
-        return None
-    return str(isa).upper() if isa else None
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 def cuda_available() -> bool:
     t = torch()
     return bool(t.cuda.is_available())
+
+
+def device_available(device: Any) -> bool:
+    """Whether this process can place tensors on ``device`` (a ``Device``): the CPU and meta
+    always; another type when its torch module says it is available (and has the index)."""
+    from .device import Device
+
+    dev = Device.parse(device)
+    if dev.type in ("cpu", "meta"):
+        return True
+    module = getattr(torch(), dev.type, None)
+    try:
+        if module is None or not module.is_available():
+            return False
+        count = module.device_count() if hasattr(module, "device_count") else 1
+    except Exception:  # noqa: BLE001 - a backend that cannot even say: not usable
+        return False
+    return dev.index is None or dev.index < count
 
 
 def cuda_capability(index: int | None) -> tuple[int, int]:
@@ -790,27 +879,89 @@ def hip_version() -> str | None:
     return getattr(torch().version, "hip", None)
 
 
-def move_to_device(ep: Any, device: str) -> Any:
-    """Rewrite every device in an ExportedProgram (baked constants, weights) to ``device``."""
-    torch()
+def move_to_device(ep: Any, device: Any) -> Any:
+    """Rewrite every device in an ExportedProgram (baked constants, weights, the graph's
+    tensor metadata) to ``device`` (a ``Device`` or its text). Under ``no_grad``: the pass
+    copies fake tensors with ``.to()``, and with autograd recording a fake tensor of a device
+    this torch was built without (a CUDA export on a CPU-only torch) aborts the process."""
+    t = torch()
     from torch.export.passes import move_to_device_pass
 
-    return move_to_device_pass(ep, device)
+    with t.no_grad():
+        return move_to_device_pass(ep, str(device))
 
 
-def load_aoti(path: str | os.PathLike, model_name: str, device: str, label: str | None = None,
+#: torch's words when a program names a device this machine or this torch build cannot use
+_DEVICE_UNAVAILABLE = re.compile(
+    r"not compiled with (?:CUDA|ROCm|HIP|XPU|MPS)|not linked with support for (\w+) devices|"
+    r"Found no NVIDIA driver|no CUDA-capable device|CUDA driver version is insufficient|"
+    r"No (?:HIP|XPU) GPUs are available|torch\.cuda\.is_available\(\) is False|"
+    r"MPS backend is not available|invalid device ordinal", re.I)
+
+
+def device_unavailable(exc: BaseException) -> str | None:
+    """torch's first line when ``exc`` says a device is not usable here (a CUDA program on a
+    CPU-only torch, no driver, a missing GPU index), else None: that is exit 4 (the program
+    cannot run here), never an integrity verdict."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and _DEVICE_UNAVAILABLE.search(str(e)):
+            return brief(e, 200)
+    return None
+
+
+def load_aoti(path: str | os.PathLike, model_name: str, device: Any, label: str | None = None,
               program: str | None = None) -> Any:
-    """Load one model of a verified AOTInductor package onto ``device`` (``cuda:1`` -> index 1).
-    ``label`` names the package for the user in errors (never the cache blob at ``path``)."""
-    torch()
-    from torch._inductor.package import load_package  # private: pick a model by name
+    """Load one model of a verified AOTInductor package onto ``device`` (a ``Device`` or its
+    text: ``cuda:1`` -> index 1; ``cuda`` -> the current CUDA device, named explicitly).
+    ``label`` names the package for the user in errors (never the cache blob at ``path``).
 
-    _, _, index = device.partition(":")
-    # A buffer, not the path: cache blobs have no `.pt2` suffix and torch warns on those.
-    with torch_loading(f"AOTInductor model {program or model_name!r}" + (f" from {label}" if label else ""),
-                       "the package is damaged or was compiled for another torch or machine",
-                       hide=(path, label)), open(path, "rb") as f:
-        return load_package(f, model_name, device_index=int(index) if index else -1)
+    Through ``load_pt2`` itself, not ``load_package``: that one catches any ``RuntimeError`` of
+    the loader, logs "Loading outdated pt2 file" and loads the package again with torch's legacy
+    loader, hiding the first error behind whatever the legacy loader does with a current package.
+    For CUDA the context is made and the device selected first. The package is read by path
+    (a link named ``*.pt2``: cache blobs have no suffix, and a buffer would be copied whole to
+    a temporary file by torch)."""
+    from .device import Device
+
+    t = torch()
+    from torch.export.pt2_archive._package import load_pt2  # private: the runners by model name
+
+    dev = Device.parse(device)
+    index = dev.index
+    if dev.type == "cuda" and t.cuda.is_available():
+        t.cuda.init()  # the CUDA context exists before the package's library and kernels load
+        index = int(t.cuda.current_device()) if index is None else index
+        t.cuda.set_device(index)
+    what = f"AOTInductor model {program or model_name!r}" + (f" from {label}" if label else "")
+    with torch_loading(what, "the package is damaged or was compiled for another torch or machine",
+                       hide=(path, label)), _named_pt2(path) as named:
+        runners = load_pt2(named, device_index=index if index is not None else -1).aoti_runners
+    if model_name not in runners:
+        raise IntegrityError(f"{what}: the package holds no model {model_name!r} (it holds {sorted(runners)})")
+    return runners[model_name]
+
+
+@contextlib.contextmanager
+def _named_pt2(path: str | os.PathLike) -> Iterator[str]:
+    """``path`` under a name ending in ``.pt2`` (a symbolic link in a private directory), as
+    torch's package loader wants it; the path itself where it already ends so."""
+    import shutil
+    import tempfile
+
+    where = os.fspath(path)
+    if where.endswith(".pt2"):
+        yield where
+        return
+    folder = tempfile.mkdtemp(prefix="pt2reg-aoti-")
+    try:
+        link = os.path.join(folder, "package.pt2")
+        try:
+            os.symlink(os.path.abspath(where), link)
+        except OSError:  # no symbolic links here: a copy
+            shutil.copyfile(where, link)
+        yield link
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def bind_call(args: tuple, kwargs: dict, in_spec: str | None,
@@ -843,12 +994,13 @@ def bind_call(args: tuple, kwargs: dict, in_spec: str | None,
     return flat, tuple(args), kwargs
 
 
-def to_device(value: Any, device: str) -> Any:
-    """Every tensor in a (nested) value moved to ``device``."""
+def to_device(value: Any, device: Any) -> Any:
+    """Every tensor in a (nested) value moved to ``device`` (a ``Device`` or its text)."""
     from torch.utils._pytree import tree_map  # private
 
     t = torch()
-    return tree_map(lambda v: v.to(device) if isinstance(v, t.Tensor) else v, value)
+    where = str(device)
+    return tree_map(lambda v: v.to(where) if isinstance(v, t.Tensor) else v, value)
 
 
 # -- library pytree classes (transformers ModelOutput, registered dataclasses) ------------------
@@ -975,7 +1127,7 @@ AOTI_OPTIONS: dict[str, Any] = {"aot_inductor.package_constants_in_so": False,
                                 "aot_inductor.package_constants_on_disk_format": "binary_blob"}
 
 
-def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathLike, device: str,
+def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathLike, device: Any,
                  label: str | None = None, program: str | None = None,
                  options: dict[str, Any] | None = None) -> dict[str, str]:
     """Compile one program of a verified `.pt2` with AOTInductor for ``device`` into the
@@ -986,8 +1138,8 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
     sandbox child."""
     t = torch()
     ep = load_exported_program(path, archive_name, label=label, program=program)
-    if device != "cpu":
-        ep = move_to_device(ep, device)
+    # weights load on the CPU; the graph may name the device it was exported on: all to ``device``
+    ep = move_to_device(ep, device)
     # normalized bundles drop the example inputs; inductor wants some, on the device
     ep.example_inputs = _example_inputs(ep)
     what = f"program {program or archive_name!r}" + (f" of {label}" if label else "")

@@ -8,7 +8,7 @@ move (``registry.store.governance``): these routes only carry them.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from fastapi import APIRouter, Request
 
@@ -16,6 +16,7 @@ from ..access.scopes import ADMIN
 from ..errors import UsageError
 from ..refs import validate_alias, validate_name
 from ..remote.wire import encode
+from ..runtime.device import Device
 from . import fields
 from .auth import Call, on_model, on_scope
 from .routes import json_body_doc, server_state
@@ -71,10 +72,20 @@ def record_attestation(request: Request, call: Call = on_model("attest", "body:n
     return encode(server_state(request).meta.record_attestation(
         validate_name(fields.text(body, "name")), fields.number(body, "number"),
         label=fields.text(body, "label", max_len=64), passed=passed,
-        device=fields.text(body, "device", max_len=64), target=fields.mapping(body, "target"),
+        device=_device(body), target=fields.mapping(body, "target"),
         results=fields.items(body, "results", limit=10_000), error=fields.opt_text(body, "error"),
         signature=fields.opt_mapping(body, "signature"),
         public_key=fields.opt_text(body, "public_key", max_len=_MAX_PEM), **call.writer()))
+
+
+def _device(body: Mapping[str, Any]) -> str:
+    """The attestation's device, as the one device parser reads it (``Device.parse``), in its
+    canonical text (``cuda:0``): the text a signed statement covers, so it is kept, not rewritten."""
+    text = fields.text(body, "device", max_len=64)
+    device = Device.try_parse(text)
+    if device is None or str(device) != text:
+        raise UsageError(f"field 'device' must be a torch device like cpu or cuda:0, got {text[:64]!r}")
+    return text
 
 
 @router.get("/v1/attestations", tags=["governance"])

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConflictError, RegistryError, UsageError
 from ..pt2.verdicts import verdicts_dir
+from ..runtime.device import Device, DeviceLike
 
 if TYPE_CHECKING:
     from ..client.api import Registry
@@ -45,7 +46,7 @@ class CompileResult:
     ref: str                     # NAME@N+1
     digest: str
     parent: str                  # NAME@N
-    device: str
+    device: str                  # where it was compiled and checked (``str(Device)``)
     variants: tuple[CompiledVariant, ...]
     samples: tuple[Any, ...]     # registry.runtime.loader.SampleResult, all ok
     uploaded_bytes: int          # what the store grew by (chunks it did not hold)
@@ -75,11 +76,7 @@ def store_growth(old: Any, new: Any) -> tuple[int, int]:
         sum(m.size for m in new.members if m.path in added)
 
 
-def _device_key(device: str) -> str:
-    return device.split(":")[0]
-
-
-def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (), device: str = "cpu",
+def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (), device: DeviceLike = "cpu",
                     name: str | None = None, aliases: Sequence[str] = (), sign_key: str | None = None,
                     require_signature: Sequence[str] = (), progress: Any = None) -> CompileResult:
     """Compile ``ref``'s portable programs (``programs``: some of them) for ``device`` on this
@@ -91,8 +88,9 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
     from ..runtime.probe import probe
     from ..runtime.sandbox import SandboxConfig
 
-    if _device_key(device) not in ("cpu", "cuda"):
-        raise UsageError(f"--device {device!r}: compile for cpu or cuda[:N]")
+    device = Device.parse(device)
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device}: compile for cpu or cuda[:N]")
     target = probe(device, cpu_isa=True)  # exit 4 here when the device is absent
     src = registry.materialize(ref, require_signature=require_signature)
     manifest = src.manifest
@@ -107,7 +105,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
 
     for p in wanted:  # before minutes of compiling: a variant for this target is already there
         have = [v.id for v in manifest.programs[p].variants
-                if v.kind == "aoti" and aoti_mismatch(v.target, target, _device_key(device)) is None]
+                if v.kind == "aoti" and aoti_mismatch(v.target, target, device.type) is None]
         if have:
             raise ConflictError(f"program {p!r} of {parent} already has variant {have[0]} for this target",
                                 hint="compile on a machine of another kind (another GPU), or run the variant it has")
@@ -127,7 +125,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
                                     hint="compile on a machine of another kind, or run the variant it has")
             packages.append((p, out))
             compiled.append(CompiledVariant(p, vid, meta, round(time.monotonic() - started, 2), out.stat().st_size))
-        info = {"torch": torchrt.environment().get("torch"), "device": device, "from": parent,
+        info = {"torch": torchrt.environment().get("torch"), "device": str(device), "from": parent,
                 "target": target.summary(), "options": torchrt.AOTI_OPTIONS}
         meta_keys = {f"compiled.{c.program}.{c.variant}": json.dumps({**info, "aoti": c.target}, sort_keys=True,
                                                                        default=str) for c in compiled}
@@ -154,7 +152,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
         _, added = store_growth(manifest, built.manifest)
         pushed = registry.push(bundle, name or src.name or "", aliases=aliases, parents=[parent],
                                detect_git=False, sign_key=sign_key, progress=progress)
-        return CompileResult(pushed.ref, built.manifest.digest, parent, device, tuple(compiled), tuple(results),
+        return CompileResult(pushed.ref, built.manifest.digest, parent, str(device), tuple(compiled), tuple(results),
                              pushed.uploaded_bytes, pushed.skipped_bytes, added)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -77,7 +77,7 @@ def test_run_samples_prints_max_errors(pt2reg, encdec):
 def test_samples_outside_tolerance_exit_1(pt2reg, encdec, monkeypatch):
     import registry.runtime.samples
 
-    def drifted(actual, expected, rtol, atol):
+    def drifted(actual, expected, rtol, atol, tolerance=None):
         return [{"output": 0, "ok": False, "max_abs": 0.5, "max_rel": 0.25}]
 
     monkeypatch.setattr(registry.runtime.samples, "compare_outputs", drifted)

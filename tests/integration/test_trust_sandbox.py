@@ -389,7 +389,7 @@ def test_cpu_limit_and_bad_settings(pt2reg, bundles, tmp_path, monkeypatch, sand
 
 
 def test_a_crash_in_the_sandbox_names_torch_itself_as_a_possible_cause():
-    """torch 2.11's AOTInductor CUDA loader crashed on a benign package (scripts/gpu_smoke.py on an
+    """torch 2.11's AOTInductor CUDA loader crashed on a benign package (the GPU check on an
     H100): the line must not accuse the file alone, for a signal or a bare exit code."""
     import signal
 
@@ -397,3 +397,69 @@ def test_a_crash_in_the_sandbox_names_torch_itself_as_a_possible_cause():
         done = subprocess.CompletedProcess([], rc, stdout="", stderr="Fatal Python error: Segmentation fault\n")
         got, _detail, fix = sandbox_mod._verdict(done, 2 << 30, 60, 1.0)
         assert got == verb and "damaged or hostile" in fix and "this torch's own loader" in fix
+
+
+@pytest.mark.slow
+def test_one_verdict_serves_every_device_and_the_child_never_names_it(home, bundles, spawns, sandbox_on, tmp_path):
+    """A portable program is deserialized on the CPU in the child whatever device it will run
+    on (the child never starts a GPU), so a verdict taken for one device serves the others."""
+    cache = tmp_path / "c"
+    load(bundles["v3"], cache_dir=cache, device="cpu")
+    (child,) = spawns
+    entries = [json.loads(p.read_text())["ok"] for p in (cache / "vetted").iterdir()]
+    assert entries and all(e == ["exported_program:model"] for e in entries)
+    spawns.clear()
+    load(bundles["v3"], cache_dir=cache, device="meta")  # another device: no second child
+    assert spawns == []
+
+
+def test_a_device_the_child_cannot_use_is_exit_4_not_a_verdict_on_the_file(monkeypatch, tmp_path):
+    """The child says IncompatibleError (a device or library missing *here*): the parent's
+    answer is exit 4 naming it, and nothing is remembered as vetted, nor refused as damaged."""
+    from registry.errors import IncompatibleError
+    from registry.runtime import torchrt
+
+    def unavailable(*args, **kwargs):
+        raise IncompatibleError("cannot load program 'model' on this machine: Torch not compiled with CUDA enabled")
+
+    monkeypatch.setattr(torchrt, "load_exported_program", unavailable)
+    monkeypatch.setattr(sandbox_mod, "_set_limits", lambda *a: None)  # the child's limits, not this process's
+    argv = ["--program", "exported_program", "model", str(tmp_path / "x.pt2"), "--memory", str(8 << 30),
+            "--seconds", "60"]
+    assert sandbox_mod._child(argv) == sandbox_mod._RC_INCOMPATIBLE
+    done = subprocess.CompletedProcess([], sandbox_mod._RC_INCOMPATIBLE, stdout="",
+                                       stderr="IncompatibleError: cannot load program 'model' on this machine: "
+                                              "Torch not compiled with CUDA enabled\n")
+    monkeypatch.setattr(sandbox_mod.subprocess, "run", lambda *a, **k: done)
+
+    class Src:
+        label, digest, trusted_signers = "m.pt2b", "sha256:" + "0" * 64, ()
+        manifest = type("M", (), {"members": ()})()
+
+        def member_file(self, member):
+            return tmp_path / "x.pt2"
+
+    (tmp_path / "x.pt2").write_bytes(b"x")
+    spec = type("Spec", (), {"name": "model", "in_spec": None, "out_spec": None})()
+    variant = type("V", (), {"member": "programs/model.pt2", "kind": "exported_program", "archive_name": "model"})()
+    config = sandbox_mod.SandboxConfig(True, tmp_path / "vetted")
+    with pytest.raises(IncompatibleError, match="cannot load on this machine: .*not compiled with CUDA"):
+        sandbox_mod.vet_programs(Src(), [(spec, variant)], "cpu", config)
+    assert not (tmp_path / "vetted").exists()
+
+
+def test_torch_saying_a_device_is_missing_is_exit_4():
+    """Wherever torch deserializes (the loader, the child, the bundler), its words for a device
+    this machine or build lacks become IncompatibleError, not 'damaged or hostile'."""
+    from registry.errors import IncompatibleError
+    from registry.runtime.torchrt import torch_loading
+
+    for text in ("Torch not compiled with CUDA enabled", "PyTorch is not linked with support for cuda devices",
+                 "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. ...",
+                 "CUDA error: invalid device ordinal"):
+        with pytest.raises(IncompatibleError, match="on this machine"):
+            with torch_loading("program 'model'", "damaged"):
+                raise RuntimeError(text)
+    with pytest.raises(UnsafeArchiveError.__mro__[1]):  # IntegrityError: anything else is still exit 5
+        with torch_loading("program 'model'", "damaged"):
+            raise RuntimeError("unexpected EOF in the archive")

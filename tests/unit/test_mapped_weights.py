@@ -202,7 +202,7 @@ def test_without_get_record_size_sizes_come_from_the_central_directory(canonical
 def test_a_mapped_load_through_a_reader_without_record_sizes(canonical: Path, program: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole load, every archive reader torch opens lacking ``get_record_size`` (as torch
-    2.11's; run for real there by ``scripts/gpu_smoke.py``): mapped, with torch's values."""
+    2.11's; run for real there by ``scripts/gpu_check.py``): mapped, with torch's values."""
     import torch.export.pt2_archive._package as package
 
     real = package.PT2ArchiveReader.__init__
