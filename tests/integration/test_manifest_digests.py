@@ -14,7 +14,11 @@
    member (``big_bundle/small``, ``golden/wide``) and they were re-recorded: the manifests the
    new code writes, with each chunked member's chunk list replaced by the one the previous plan
    makes of the same bytes (tiny entries coalesced) and nothing else changed, hash to exactly
-   the digests recorded before (checked then, 12 of 12; the other 10 are unchanged).
+   the digests recorded before (checked then, 12 of 12; the other 10 are unchanged). Recording
+   where golden samples were computed (issue 40, ``samples[].device``) changed the digests of
+   the 7 bundles with samples and they were re-recorded: the manifests the new code writes,
+   with that field removed from every sample and nothing else changed, hash to exactly the
+   digests recorded before (checked then, 12 of 12; the other 5 are unchanged).
 
 A digest depends on the torch/Python that built it (the manifest's ``environment``), on the
 line numbers of the models' source (graph stack traces), and on the last bits of the golden
