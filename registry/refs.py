@@ -25,6 +25,11 @@ _VERSION_RE = re.compile(r"[0-9]{1,18}\Z")  # ASCII digits only: "١" and "²" a
 MAX_NAME = 128
 
 
+#: a model name never ends like a bundle file's (``sources.BUNDLE_SUFFIXES``): what a user types
+#: is then a ref or a file by its text alone, never by what exists on disk
+_FILE_SUFFIXES = (".pt2b", ".pt2", ".zip")
+
+
 def validate_name(name: str) -> str:
     if not isinstance(name, str) or not name or len(name) > MAX_NAME or not NAME_RE.match(name) \
             or ".." in name:
@@ -32,6 +37,9 @@ def validate_name(name: str) -> str:
             f"invalid model name {name!r}",
             hint="use lowercase letters, digits, '-', '_', '.' and '/' (team/model), at most 128 chars",
         )
+    if name.endswith(_FILE_SUFFIXES):
+        raise UsageError(f"invalid model name {name!r}: it ends like a bundle file ({name.rsplit('.', 1)[1]})",
+                         hint="a model name may not end in .pt2b, .pt2 or .zip (those name files)")
     return name
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the client sits above this module: only its type is named h
     from .client import Registry
 
 __all__ = ["MaterializedBundle", "PinnedManifest", "BlobCache", "AuditSpool", "materialize_file", "looks_like_file",
-           "parse_source", "open_source"]
+           "parse_source", "open_source", "BUNDLE_SUFFIXES", "FILE_PREFIX"]
 
 
 def _boot_id() -> str:
@@ -341,7 +341,12 @@ class AuditSpool:
 
     def flush(self, record: Callable[[dict[str, Any]], None]) -> None:
         """Hand every spooled event to ``record`` once (another process flushing it at the same
-        time gets none of them), then forget them; a torn last line is skipped."""
+        time gets none of them), then forget them; a torn last line is skipped, an event whose
+        version is gone (NotFoundError) dropped. When ``record`` is refused otherwise (a
+        server's rate limit, the database down), that event and the rest go back to the spool
+        for the next contact: flushing never fails the command that triggered it."""
+        from .errors import RegistryError
+
         if not self.path.exists():
             return
         claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.flushing")
@@ -349,11 +354,23 @@ class AuditSpool:
             os.replace(self.path, claimed)
         except FileNotFoundError:
             return  # another process is flushing it
-        for line in claimed.read_text("utf-8").splitlines():
+        lines = claimed.read_text("utf-8").splitlines()
+        for i, line in enumerate(lines):
             try:
-                record(json.loads(line))
-            except (ValueError, KeyError, TypeError):
+                event = json.loads(line)
+            except ValueError:
                 continue  # a torn last line from a killed process: nothing to record
+            try:
+                record(event)
+            except (NotFoundError, KeyError, TypeError):
+                continue  # a version since deleted, or an event the spool never wrote
+            except (RegistryError, OSError):
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, "".join(ln + "\n" for ln in lines[i:]).encode("utf-8"))
+                finally:
+                    os.close(fd)
+                break
         claimed.unlink()
 
 
@@ -430,29 +447,69 @@ def materialize_file(path: str | os.PathLike, cache_dir: str | os.PathLike,
     return MaterializedBundle(bundle.manifest, files, list(bundle.signatures), label=str(path))
 
 
+#: what a bundle file's name ends with; a model name never does (``refs.validate_name``)
+BUNDLE_SUFFIXES = (".pt2b", ".pt2", ".zip")
+FILE_PREFIX = "file:"
+
+
 def looks_like_file(source: str) -> bool:
-    """Whether what the user typed names a file rather than a ref: it exists, ends in a bundle
-    or program suffix, or starts like a path (``.``, ``~``, an absolute path)."""
-    return os.path.exists(source) or source.endswith((".pt2b", ".pt2", ".zip")) or \
-        source.startswith((".", "~")) or os.sep in source and os.path.isabs(source)
+    """Whether what the user typed names a file: it says so (``file:PATH``), starts like a
+    path (``./``, ``../``, ``/``, ``~``), or ends in a bundle suffix (``.pt2b``, ``.pt2``,
+    ``.zip``), which no model name does. Decided from the text alone: what exists on disk never
+    changes the meaning of a string (a file named ``team/m@1`` does not make ``team/m@1`` a file)."""
+    return (source.startswith((FILE_PREFIX, "./", "../", "/", "~")) or source.endswith(BUNDLE_SUFFIXES)
+            or (os.sep != "/" and source.startswith((".\\", "..\\"))))
 
 
 def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
     """A bundle file (which must exist: NotFoundError, exit 3) or a parsed ref (UsageError,
-    exit 2, when it is neither)."""
-    text = os.fspath(source)
-    if isinstance(source, os.PathLike) or looks_like_file(text):
-        if not os.path.exists(text):
-            raise NotFoundError(f"{text}: no such file", what="file", name=text)
-        return Path(text)
-    return Ref.parse(text)
+    exit 2, when it is neither). A ``Path`` (any ``os.PathLike``) is a file; a string is a file
+    only in the forms ``looks_like_file`` names, else it must be a ref. Nothing on disk is
+    consulted to decide which; a string that is neither names both readings in its error.
+
+    >>> parse_source("team/bert@prod").alias, parse_source("file:model.pt2b")    # doctest: +SKIP
+    ('prod', PosixPath('model.pt2b'))
+    """
+    if isinstance(source, os.PathLike):
+        return _existing(Path(os.fspath(source)))
+    text = source
+    if not isinstance(text, str):
+        raise UsageError(f"expected a bundle file or a ref, got {type(source).__name__}")
+    if looks_like_file(text):
+        path = text[len(FILE_PREFIX):] if text.startswith(FILE_PREFIX) else text
+        if path.startswith("//"):  # file:///abs/path (a URL): its path part
+            from urllib.parse import unquote, urlsplit
+
+            parts = urlsplit(text)
+            if parts.netloc not in ("", "localhost"):
+                raise UsageError(f"{text!r} names a file on another host ({parts.netloc})",
+                                 hint="give a local path: file:PATH, ./PATH or /PATH")
+            path = unquote(parts.path)
+        if not path:
+            raise UsageError(f"{text!r} names no file", hint="file:PATH, ./PATH or /PATH")
+        return _existing(Path(path).expanduser(), text)
+    try:
+        return Ref.parse(text)
+    except UsageError as exc:
+        raise UsageError(f"{text!r} is neither a ref ({exc.message}) nor a bundle file name",
+                         hint="a file: ./PATH, /PATH, file:PATH or a name ending in .pt2b; a ref: NAME[@N|@ALIAS|"
+                              "@sha256:HEX]") from None
 
 
-def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry: Registry,
+def _existing(path: Path, shown: str | None = None) -> Path:
+    """``path``, which must exist; the error names it as the user wrote it (``shown``)."""
+    if not path.exists():
+        where = shown or str(path)
+        raise NotFoundError(f"{where}: no such file", what="file", name=where)
+    return path
+
+
+def open_source(source: str | os.PathLike[str] | Ref | MaterializedBundle, *, registry: Registry,
                 progress: Callable[[int], None] | None = None,
                 require_signature: Iterable[str] = (), defer_weights: bool = False,
                 in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
-    """A bundle file or a registry ref, every member a verified local file.
+    """A bundle file or a registry ref, every member a verified local file (a ``Ref`` is a
+    ref whatever its text; a string is read by ``parse_source``).
 
     The trust policy is enforced first (a ref is resolved once; SignatureError, exit 5, before
     any blob is fetched); ``require_signature`` (public key paths) must then have signed it,
@@ -463,7 +520,7 @@ def open_source(source: str | os.PathLike[str] | MaterializedBundle, *, registry
     keys = list(require_signature)
     if isinstance(source, MaterializedBundle):
         return registry.enforce_trust(source, require_signature=keys)
-    where = parse_source(source)
+    where = source if isinstance(source, Ref) else parse_source(source)
     if isinstance(where, Ref):
         return registry.materialize(where, progress=progress, require_signature=keys, defer_weights=defer_weights,
                                     in_place=in_place)

@@ -194,6 +194,19 @@ def bundles(pt2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 @pytest.fixture
+def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty registry home, the process's only one: ``PT2REG_HOME`` points at it and no
+    other registry setting (a database, a store, a server, a token, a trust policy) leaks in."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("PT2REG_HOME", str(h))
+    for var in ("PT2REG_DB", "PT2REG_STORE", "PT2REG_TRUST", "PT2REG_URL", "PT2REG_TOKEN",
+                "PT2REG_ALLOWED_REGISTRIES"):
+        monkeypatch.delenv(var, raising=False)
+    return h
+
+
+@pytest.fixture
 def marker(tmp_path: Path) -> Iterator[Path]:
     """A file a hostile payload would create if it ever ran; the test fails if it exists."""
     path = tmp_path / "PWNED"

@@ -1,4 +1,4 @@
-"""The registry server's Ed25519 key: it signs audit chain heads, and (through a derived key)
+"""The registry server's key (Ed25519 or ECDSA): it signs audit chain heads, and (through a derived key)
 encrypts the webhook secrets kept in the database.
 
 The key file is ``pt2reg serve --signing-key FILE``, else ``$PT2REG_SIGNING_KEY``, else
@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from ..digests import canonical_json
 from ..errors import UsageError
-from ..format.signing import load_private_key, generate_keypair, key_id_of, public_key_from_pem
+from ..format.signing import generate_keypair, key_id_of, load_private_key, public_key_from_pem, sign_bytes, verify_bytes
 
 __all__ = ["ENV_SIGNING_KEY", "DEFAULT_KEY_FILE", "HEAD_DOMAIN", "key_path", "load_or_create",
            "public_pem", "server_key_id", "head_message", "sign_head", "check_heads",
@@ -42,7 +42,8 @@ def key_path(home: Path, explicit: str | os.PathLike | None = None) -> tuple[Pat
 
 
 def load_or_create(path: Path, may_create: bool) -> Any:
-    """The Ed25519 private key at ``path``; generated (0600) when ``may_create`` and absent."""
+    """The private key at ``path`` (Ed25519 or ECDSA); generated (0600, ECDSA P-256) when
+    ``may_create`` and absent."""
     if not path.exists():
         if not may_create:
             raise UsageError(f"signing key {path} does not exist",
@@ -73,20 +74,17 @@ def head_message(seq: int, hash_: str, signed_at: str, key_id: str) -> bytes:
 def sign_head(key: Any, seq: int, hash_: str, signed_at: str) -> dict[str, Any]:
     """A signed head ``{seq, hash, signed_at, key_id, signature}`` (signature: base64)."""
     kid = server_key_id(key)
-    sig = key.sign(head_message(seq, hash_, signed_at, kid))
+    sig = sign_bytes(key, head_message(seq, hash_, signed_at, kid))
     return {"seq": int(seq), "hash": hash_, "signed_at": signed_at, "key_id": kid,
             "signature": base64.b64encode(sig).decode("ascii")}
 
 
 def _signature_ok(pub: Any, head: Any, signed_at: str) -> bool:
-    from cryptography.exceptions import InvalidSignature
-
     try:
         sig = base64.b64decode(head.signature, validate=True)
-        pub.verify(sig, head_message(head.seq, head.hash, signed_at, head.key_id))
-    except (InvalidSignature, binascii.Error, ValueError, TypeError):
+    except (binascii.Error, ValueError, TypeError):
         return False
-    return True
+    return verify_bytes(pub, sig, head_message(head.seq, head.hash, signed_at, head.key_id))
 
 
 def check_heads(heads: Iterable[Any], found: dict[int, str], pub_pem: bytes, *,
@@ -132,8 +130,13 @@ def secrets_key(key: Any) -> bytes:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                            serialization.NoEncryption())
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if isinstance(key, ec.EllipticCurvePrivateKey):  # the private scalar, big-endian, at the curve's width
+        raw = key.private_numbers().private_value.to_bytes((key.curve.key_size + 7) // 8, "big")
+    else:  # Ed25519: its 32 raw private bytes (how secrets were always keyed)
+        raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption())
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SECRETS_INFO).derive(raw)
 
 

@@ -56,11 +56,13 @@ from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSin
                    check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, short_blob_error, unique_parts, verified_into)
 
-__all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS"]
+__all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS", "UPLOADER_META"]
 
 MiB = 1024 * 1024
 #: presigned URLs never live longer than this (15 minutes)
 PRESIGN_MAX_SECONDS = 900
+#: the object metadata key (``x-amz-meta-pt2reg-uploader``) a presigned PUT signs in: whose it was
+UPLOADER_META = "pt2reg-uploader"
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _MISSING_CODES = {"404", "NotFound", "NoSuchKey"}
 _MISSING_UPLOAD_CODES = {"NoSuchUpload", "404", "NotFound"}
@@ -476,24 +478,29 @@ class S3BlobStore:
 
     # -- presigned access (the registry server hands these to its clients) ----------------------
 
-    def presign_put(self, digest: str, size: int, expires: int = PRESIGN_MAX_SECONDS
-                    ) -> tuple[str, dict[str, str]]:
+    def presign_put(self, digest: str, size: int, expires: int = PRESIGN_MAX_SECONDS, *,
+                    uploader: str | None = None) -> tuple[str, dict[str, str]]:
         """A URL that lets its holder PUT exactly this blob, for at most ``expires`` seconds
         (capped at ``PRESIGN_MAX_SECONDS``), and the headers the PUT must carry. The
         ``x-amz-checksum-sha256`` header (the digest), ``x-amz-sdk-checksum-algorithm`` and
         ``Content-Length`` (``size``) are signed (SigV4), so S3 refuses the upload unless the
         body has that size and hashes to the digest, and stores the checksum for :meth:`head`
-        (moto keeps it only when the algorithm header comes too)."""
+        (moto keeps it only when the algorithm header comes too). ``uploader``: who the URL is
+        for, signed as the object's ``UPLOADER_META`` metadata (:meth:`head_info` reads it back),
+        so the object says whose PUT wrote it last."""
         if not isinstance(size, int) or size < 0:
             raise UsageError(f"invalid blob size {size!r}")
         checksum = _b64_digest(digest)
+        params = {"Bucket": self.bucket, "Key": self._key(digest), "ChecksumSHA256": checksum,
+                  "ChecksumAlgorithm": "SHA256", "ContentLength": size}
+        headers = {"x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256"}
+        if uploader is not None:
+            params["Metadata"] = {UPLOADER_META: uploader}
+            headers[f"x-amz-meta-{UPLOADER_META}"] = uploader
         with self._translated("presign", digest):
             url = self._signer().generate_presigned_url(
-                "put_object", Params={"Bucket": self.bucket, "Key": self._key(digest),
-                                      "ChecksumSHA256": checksum, "ChecksumAlgorithm": "SHA256",
-                                      "ContentLength": size},
-                ExpiresIn=_presign_seconds(expires), HttpMethod="PUT")
-        return url, {"x-amz-checksum-sha256": checksum, "x-amz-sdk-checksum-algorithm": "SHA256"}
+                "put_object", Params=params, ExpiresIn=_presign_seconds(expires), HttpMethod="PUT")
+        return url, headers
 
     def presign_get(self, digest: str, expires: int = PRESIGN_MAX_SECONDS) -> str:
         """A URL that lets its holder GET this one blob (Range allowed) for at most
@@ -506,10 +513,16 @@ class S3BlobStore:
     def head(self, digest: str) -> tuple[int, str | None]:
         """``(size, ChecksumSHA256)`` of a stored blob; the checksum is base64 (``...-N`` for a
         multipart object's composite) or None when S3 stored none. ``NotFoundError`` if missing."""
+        return self.head_info(digest)[:2]
+
+    def head_info(self, digest: str) -> tuple[int, str | None, str | None]:
+        """``head``'s ``(size, checksum)`` and the uploader a presigned PUT recorded
+        (``presign_put(uploader=...)``; None for an object written otherwise)."""
         with self._translated("stat", digest, check_bucket=True):
             head = self._s3().head_object(Bucket=self.bucket, Key=self._key(digest),
                                           ChecksumMode="ENABLED")
-        return int(head["ContentLength"]), head.get("ChecksumSHA256") or None
+        return (int(head["ContentLength"]), head.get("ChecksumSHA256") or None,
+                (head.get("Metadata") or {}).get(UPLOADER_META))
 
     @staticmethod
     def full_object_checksum(digest: str) -> str:

@@ -8,16 +8,18 @@ __all__ = ["key"]
 
 @click.group()
 def key() -> None:
-    """Ed25519 signing keys."""
+    """Signing keys: ECDSA (P-256 by default, what OpenSSF Model Signing verifies) or Ed25519."""
 
 
 @key.command("generate")
 @click.argument("path", type=click.Path(dir_okay=False))
-def key_generate(path: str) -> None:
+@click.option("--type", "key_type", type=click.Choice(["ecdsa-p256", "ecdsa-p384", "ed25519"]), default="ecdsa-p256",
+              show_default=True, help="Key type. ECDSA keys' signatures also verify with `model_signing verify key`.")
+def key_generate(path: str, key_type: str) -> None:
     """Write PATH.key (private, mode 0600) and PATH.pub (share this one)."""
     from ..format.signing import generate_keypair
 
-    key_path, pub_path = generate_keypair(path)
+    key_path, pub_path = generate_keypair(path, key_type)
     click.echo(f"{key_path}\n{pub_path}")
 
 

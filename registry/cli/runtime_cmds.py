@@ -7,6 +7,7 @@ outside tolerance (the bundle loaded and ran, but its numbers differ on this tar
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -162,12 +163,29 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     src = _open(app, source, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
     report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native)
+    signed = _signature_lines(app, src, pubkeys)
     if as_json:
         emit_json({**report.to_json(), "digest": src.digest, "device": str(device or t.device_type),
-                   "target": t.summary()})
+                   "target": t.summary(), "signatures": signed})
     else:
         _print_report(src, t, str(device or t.device_type), report)
+        for line in signed:
+            _console().print(esc(line["text"]))
     report.raise_for_status()  # exit 5 for pickled members or native-only programs, else 4
+
+
+def _signature_lines(app: App, src: MaterializedBundle, pubkeys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Which keys signed the bundle and which of them were checked here (the trust policy's
+    keys and ``--require-signature``'s): ``signed by release.pub (OMS, team/m@4): verified``."""
+    from ..format.signing import key_id_of, public_key_from_pem, read_public_key_file
+    from .views import signatures_json
+
+    extra = {}
+    for path in pubkeys:
+        key = public_key_from_pem(read_public_key_file(path).encode("ascii"), path)
+        extra[key_id_of(key)] = (key, os.path.basename(path))
+    return signatures_json(app.registry, digest=src.digest, name=src.name, version=src.version,
+                           signatures=src.signatures, extra_keys=extra)
 
 
 def _print_report(src: MaterializedBundle, t: Target, device: str, report: CompatReport) -> None:

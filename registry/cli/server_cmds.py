@@ -22,7 +22,8 @@ __all__ = ["serve", "COMMANDS"]
               "(default: the global --store, $PT2REG_STORE or HOME/store).")
 @click.option("--public-url", metavar="URL",
               help="The URL clients reach this server at (behind a load balancer); blob URLs "
-                   "it hands out for a local store start with it. Default: each request's own.")
+                   "it hands out for a local store start with it, and the web login accepts "
+                   "forms only from its origin. Default: each request's own.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Worker processes (or run several replicas: they share nothing but the "
                    "database and the store).")
@@ -41,6 +42,23 @@ def serve(app: App, host: str, port: int, db: str | None, store: str | None,
     PT2REG_TOKEN. With an S3 store, blob bytes go between clients and S3 through presigned
     URLs, never through the server. The database must be at the current schema
     (`pt2reg db upgrade`); the server refuses to start otherwise.
+
+    \b
+    Environment read at start:
+      PT2REG_WEBHOOK_ALLOW  internal webhook targets to allow, comma-separated host
+                            names (*.corp.example for subdomains), addresses and CIDRs,
+                            e.g. 'hooks.internal, 10.20.0.0/16, ::1'. Without it, a target
+                            on a loopback, private, link-local (cloud metadata), multicast
+                            or other non-global address is refused when added and before
+                            every delivery (checked on what the name resolves to then).
+      PT2REG_WEBHOOK_CONCURRENCY  deliveries at once per webhook endpoint (default 4)
+      PT2REG_EVENT_RATE, PT2REG_EVENT_BURST  pull/load events a token may record, per
+                            second and at once (default 5 and 600; per server process)
+
+    The web login and logout accept a POST only when its Origin (else its Referer) is
+    this server's origin: --public-url's when given, else the request's own (its Host
+    header, and X-Forwarded-Proto's scheme when present). Behind a proxy that rewrites
+    Host or terminates TLS without X-Forwarded-Proto, set --public-url.
     """
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:

@@ -2,9 +2,11 @@
 (``registry.serving``)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -120,31 +122,31 @@ def materialize(app: App, uri: str, dest: str, layout: str, model_name: str | No
                 target_file: str | None, pubkeys: tuple[str, ...], trust_native: bool, as_json: bool) -> None:
     """Fetch URI, verify it and write it to DEST (a KServe storage-initializer entrypoint).
 
-    URI: pt2reg://HOST[:PORT]/NAME@REF (pt2regs:// for HTTPS) or NAME@REF for the configured
-    registry; the token is PT2REG_TOKEN. Digests, signatures, the target and (layout triton)
+    URI: pt2reg:///NAME@REF or NAME@REF for the configured registry (PT2REG_URL, or the local
+    one), or pt2reg://HOST[:PORT]/NAME@REF (pt2regs:// for HTTPS) naming it; the token
+    (PT2REG_TOKEN) goes only to the configured registry, and another host is refused (exit 2)
+    unless PT2REG_ALLOWED_REGISTRIES lists it (it then gets only its own login). Digests, signatures, the target and (layout triton)
     the native-code rule are checked before DEST is written; on any refusal DEST is left as it
     was (exit 5 for a damaged blob or a missing signature).
     """
     from ..client import Registry
-    from ..config import Settings
     from ..runtime.target import Target
     from ..serving.materialize import materialize_uri, parse_uri
 
     url, ref = parse_uri(uri)
+    # the configured registry (no host, or its own URL), or an allowed other one with only its own login
+    settings = app.settings if url is None else app.settings.registry_for(url)
     scratch = None
-    if url is None:
-        registry = app.registry
-    else:
-        home = app._args[0] or os.environ.get("PT2REG_HOME")
-        if home is None:  # a storage initializer has no home of its own: a throw-away cache
-            home = scratch = tempfile.mkdtemp(prefix="pt2reg-materialize-")
-        registry = Registry(Settings.resolve(home, registry=url, token_file=app._remote["token_file"]))
+    if settings.remote and not (app._args[0] or os.environ.get("PT2REG_HOME")):
+        scratch = tempfile.mkdtemp(prefix="pt2reg-materialize-")  # a storage initializer: a throw-away cache
+        settings = dataclasses.replace(settings, home=Path(scratch))
+    registry = app.registry if settings is app.settings else Registry(settings)
     try:
         result = materialize_uri(registry, ref, dest, layout=layout, require_signature=pubkeys,
                                  trust_native=trust_native, model_name=model_name, max_batch_size=max_batch_size,
                                  target=Target.load(target_file) if target_file else None)
     finally:
-        if url is not None:
+        if registry is not app.registry:
             registry.close()
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)

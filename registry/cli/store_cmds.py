@@ -7,9 +7,9 @@ import click
 
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size, print_attestations
-from .views import attestation_json, version_json
+from .views import attestation_json, version_json, version_signatures_json
 
-__all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db"]
+__all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc", "db", "sign"]
 
 
 @click.command()
@@ -22,7 +22,8 @@ __all__ = ["push", "pull", "list_cmd", "show", "alias", "deprecate", "yank", "gc
 @click.option("--git-commit", metavar="SHA", help="Code commit (default: HEAD of the current git repo, if any).")
 @click.option("--code-uri", metavar="URI", help="Where the training code lives.")
 @click.option("--sign", "sign_key", metavar="KEYFILE", type=click.Path(dir_okay=False),
-              help="Sign the bundle digest with this Ed25519 private key (from `pt2reg key generate`).")
+              help="Sign the new version with this private key (from `pt2reg key generate`): an OMS statement "
+                   "naming the model and version, recorded before the aliases are moved.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
 def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tuple[str, ...],
@@ -99,7 +100,8 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
         return
     versions = reg.list_versions(name)
     if as_json:
-        emit_json({"name": name, "versions": [version_json(v) for v in versions]})
+        emit_json({"name": name, "versions": [{**version_json(v), "signatures": version_signatures_json(reg, v)}
+                                              for v in versions]})
         return
     table = Table("version", "digest", "size", "status", "aliases", "created", "by", box=None,
                   header_style="bold")
@@ -123,6 +125,7 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     reg = app.registry
     v = reg.show(ref, at=at)
     data = {**version_json(v), "environment": dict(v.environment or {})}
+    data["signatures"] = version_signatures_json(reg, v)
     _, attested = reg.attestations(v)
     data["attestations"] = [attestation_json(a) for a in attested]
     if at is not None:
@@ -142,6 +145,8 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     env = data["environment"]
     if env:
         out.print("published with: " + esc(", ".join(f"{k} {val}" for k, val in sorted(env.items()) if val)))
+    for sig in data["signatures"]:
+        out.print(esc(sig["text"]))
     if attested:
         print_attestations(attested)
 
@@ -239,4 +244,30 @@ def db_upgrade(app: App) -> None:
     click.echo(f"database at {after}" + (f" (was {before or 'empty'})" if before != after else " (already current)"))
 
 
-COMMANDS = [push, pull, list_cmd, show, alias, deprecate, yank, gc, db]
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@click.option("--key", "key_path", required=True, metavar="KEYFILE", type=click.Path(dir_okay=False),
+              help="Private key (from `pt2reg key generate`; ECDSA signatures also verify with model_signing).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def sign(app: App, ref: str, key_path: str, as_json: bool) -> None:
+    """Sign a published version: an OMS statement naming its model, version, digest and the time.
+
+    The members are fetched and verified first (the statement lists their file digests, as
+    OpenSSF Model Signing lists a model directory). Recorded beside the version, audited as
+    `sign` (through a server with a push token); a legacy signature by the same key is replaced.
+    """
+    reg = app.registry
+    record = reg.sign(ref, key_path)
+    version = reg.resolve(ref)
+    if as_json:
+        emit_json({"name": version.name, "version": version.number, "digest": version.digest,
+                   "key_id": record.key_id, "algorithm": record.algorithm})
+        return
+    click.echo(f"signed {version.name}@{version.number} {version.digest} with {record.key_id[:19]}... "
+               f"({record.algorithm})")
+
+
+COMMANDS = [push, pull, list_cmd, show, alias, deprecate, yank, gc, db, sign]

@@ -3,7 +3,7 @@ bundle (file or registry ref). One shape per record, so ``--json`` output (and a
 answers with the same documents) cannot drift apart."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..format.bundle import BundleFile
 from ..format.manifest import Manifest, baked_device_groups
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..store.records import AttestationRecord, AuditEvent, LineageNode, VersionRecord
 
 __all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_json", "policy_json",
-           "attestation_json"]
+           "attestation_json", "signatures_json", "version_signatures_json"]
 
 
 def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
@@ -50,6 +50,42 @@ def version_json(v: VersionRecord) -> dict[str, Any]:
         "created_at": str(v.created_at), "created_by": v.created_by,
         "aliases": sorted(v.aliases or []), "metadata": dict(v.metadata or {}),
     }
+
+
+def version_signatures_json(registry: Any, v: VersionRecord) -> list[dict[str, Any]]:
+    """``signatures_json`` of a published version (its recorded signatures)."""
+    return signatures_json(registry, digest=v.digest, name=v.name, version=v.number,
+                           signatures=[r.to_json() for r in registry.meta.signatures(v.name, v.number)])
+
+
+def signatures_json(registry: Any, *, digest: str, name: str | None, version: int | None,
+                    signatures: Any, extra_keys: Mapping[str, tuple[Any, str]] | None = None) -> list[dict[str, Any]]:
+    """Each signature over ``digest``: its key id, kind (OMS or legacy), and, where this
+    machine knows the key (the trust policy's, or ``extra_keys``: ``--require-signature``),
+    its label and whether it verified for ``name@version`` (``signed by release.pub (OMS,
+    team/m@4): verified``); a signature by a key known nowhere here is "not checked"."""
+    from ..format.signing import check_signatures
+
+    policy = registry.trust_policy
+    labels = policy.labels()
+    known = {**{kid: (k, labels[kid]) for kid, k in policy.keys().items()}, **dict(extra_keys or {})}
+    sigs = [dict(s) for s in signatures if isinstance(s, Mapping)]
+    checks = {c.key_id: c for c in check_signatures(digest, sigs, {kid: k for kid, (k, _) in known.items()},
+                                                    name=name, version=version)}
+    out = []
+    for s in sigs:
+        kid = str(s.get("key_id"))
+        kind = "OMS" if s.get("algorithm") == "oms-v1" else "legacy"
+        c = checks.get(kid)
+        label = known[kid][1] if kid in known else f"{kid[:19]}..."
+        status = ("not checked (no key for it here)" if c is None else "verified" if c.valid
+                  else f"INVALID: {c.problem}")
+        names = f", {c.model}@{c.version}" if c is not None and c.bound else ""
+        out.append({"key_id": kid, "algorithm": s.get("algorithm"), "kind": kind, "key": label if kid in known else None,
+                    "checked": c is not None, "verified": bool(c and c.valid), "model": c.model if c else None,
+                    "version": c.version if c else None, "signed_at": c.signed_at if c else None,
+                    "problem": c.problem if c else None, "text": f"signed by {label} ({kind}{names}): {status}"})
+    return out
 
 
 def node_json(n: LineageNode) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..blobs.base import ProgressFn
 from ..config import Settings, actor, hostname
-from ..errors import NotFoundError, UsageError
+from ..errors import NotFoundError, RegistryError, UsageError
 from ..format.bundle import BundleFile
 from ..parallel import gc_held
 from ..pt2.verdicts import verdicts_dir
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..access.policy import AliasPolicy
     from ..store.records import WebhookDelivery, WebhookRecord
     from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageNode, ModelRecord,
-                                 TokenRecord, VersionRecord)
+                                 SignatureRecord, TokenRecord, VersionRecord)
     from .trust import TrustPolicy
 
 __all__ = ["Registry", "parse_time"]
@@ -96,11 +96,12 @@ class Registry:
         if self._closed:
             raise UsageError("this Registry is closed", hint="open a new Registry()")
         if self._http is None:
-            from ..remote.credentials import resolve_token
+            from ..remote.credentials import token_and_source
             from ..remote.http import HttpClient
 
             assert self.settings.url is not None
-            self._http = HttpClient(self.settings.url, resolve_token(self.settings))
+            token, source = token_and_source(self.settings)
+            self._http = HttpClient(self.settings.url, token, token_source=source)
         return self._http
 
     @property
@@ -137,9 +138,12 @@ class Registry:
         """Publish a bundle as the next version of ``name``, with its lineage (``parents``
         refs, ``datasets`` ``URI[@sha256:HEX]``, ``run_id``, ``git_commit`` -- by default HEAD
         of the git repository around the working directory -- and ``code_uri``), the
-        publisher's python/torch/CUDA and, with ``sign_key``, an Ed25519 signature. Blobs are
-        uploaded first; the version, aliases, lineage and audit event are recorded in one
-        transaction (``registry.client.push``)."""
+        publisher's python/torch/CUDA and, with ``sign_key``, a signature (an OMS statement
+        naming the new version: ``registry.client.sign``). Blobs are uploaded first; the
+        version, lineage and audit event are recorded in one transaction
+        (``registry.client.push``) with its aliases and, with ``sign_key``, the signature: a
+        statement naming the number the version gets (made before the publish: a publish that
+        gets another number, another push having come first, is refused whole, exit 6)."""
         from .provenance import lineage_edges, publisher_environment
 
         edges = lineage_edges(self.resolve, parents=parents, datasets=datasets, run_id=run_id,
@@ -147,16 +151,43 @@ class Registry:
         validate_name(name)
         for a in aliases:
             validate_alias(a)
+        if sign_key:
+            from ..format.signing import load_private_key
+
+            load_private_key(sign_key)  # a bad key fails before anything is uploaded
         with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
             opened = BundleFile.open(bundle)
             signatures = []
-            if sign_key:
-                from ..format.signing import sign_digest
+            if sign_key:  # a statement naming the number this version gets (checked in the publish)
+                from .sign import member_digests, sign_record
 
-                signatures.append(sign_digest(sign_key, opened.digest))
+                members = member_digests(opened.manifest, lambda p: (opened.path, *opened.member_span(p)))
+                number = self._number_for(name, opened.digest)
+                signatures.append(sign_record(sign_key, name, number, opened.digest, members))
             return push_bundle(self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
                                signatures=signatures, environment=publisher_environment(), progress=progress,
                                vetted_dir=verdicts_dir(self.cache_dir))  # bundle's and load's verdicts
+
+    def _number_for(self, name: str, digest: str) -> int:
+        """The number ``digest`` has, or will get as ``name``'s next version: what a signature
+        made before the publish names (a publish that gets another number, because another
+        came first, is refused whole: ``store.writes.check_claimed_versions``)."""
+        try:
+            return self.meta.resolve(Ref(name, digest=digest)).number
+        except NotFoundError:
+            pass
+        try:
+            numbers = [v.number for v in self.meta.list_versions(name)]
+        except NotFoundError:
+            numbers = []
+        return max(numbers, default=0) + 1
+
+    def sign(self, ref: str | Ref, key_path: str | os.PathLike[str]) -> SignatureRecord:
+        """Sign the version ``ref`` names (an OMS statement naming it) and record the signature,
+        audited (``registry.client.sign``)."""
+        from .sign import sign_version
+
+        return sign_version(self, ref, key_path)
 
     # -- resolve and fetch ----------------------------------------------------------------
     def resolve(self, ref: str | Ref) -> VersionRecord:
@@ -178,15 +209,16 @@ class Registry:
                     return Located(parsed, pinned=pin)
         return Located(parsed, version=self.meta.resolve(parsed))
 
-    def enforce_trust(self, src: MaterializedBundle, *, require_signature: Sequence[str] = ()
-                      ) -> MaterializedBundle:
+    def enforce_trust(self, src: MaterializedBundle, *, require_signature: Sequence[str] = (),
+                      pinned: bool = False) -> MaterializedBundle:
         """``src`` with the trust policy (its ``files = true`` rules for a bundle with no model
         name) and the ``require_signature`` keys checked (SignatureError, exit 5), its
-        ``trusted_signers`` set."""
+        ``trusted_signers`` set. ``pinned``: the user named its digest, so an older signed
+        version than one seen here before is what they asked for (no rollback refusal)."""
         from .trust import establish_trust
 
         return establish_trust(src, self.trust_policy, require_signature=require_signature,
-                               is_file=src.name is None)
+                               is_file=src.name is None, pinned=pinned, state_dir=self.settings.home)
 
     def open_file(self, path: str | os.PathLike[str], *, progress: ProgressFn | None = None,
                   require_signature: Sequence[str] = ()) -> MaterializedBundle:
@@ -198,7 +230,8 @@ class Registry:
     def materialize(self, ref: str | Ref | Located, *, progress: ProgressFn | None = None,
                     record: str | None = "pull", require_signature: Sequence[str] = (),
                     defer_weights: bool = False,
-                    in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
+                    in_place: Callable[[MaterializedBundle], bool] | None = None,
+                    trust: bool = True) -> MaterializedBundle:
         """Resolve ``ref`` (once) and make every member a verified file in the local cache.
 
         The trust policy is enforced first: a model a rule names must carry a valid signature
@@ -214,12 +247,15 @@ class Registry:
         every member is complete. ``in_place`` (with ``defer_weights``; default: always): whether
         the weights of this bundle (trust enforced) may be verified and used where they lie in a
         local store rather than copied (``blobs.inplace``): not when the caller will want the
-        files complete before deserializing (the loader's first-load sandbox).
+        files complete before deserializing (the loader's first-load sandbox). ``trust=False``
+        (``pt2reg sign``, which makes the signature a policy asks for): no trust policy.
         """
         where = ref if isinstance(ref, Located) else self.locate(ref)
 
         def enforce(src: MaterializedBundle) -> MaterializedBundle:
-            return self.enforce_trust(src, require_signature=require_signature)
+            if not trust:
+                return src
+            return self.enforce_trust(src, require_signature=require_signature, pinned=where.ref.is_pinned)
 
         if where.cached is not None:
             src = enforce(where.cached)
@@ -241,8 +277,15 @@ class Registry:
                     self._spool.append(action, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
                                        ref=str(where.ref))
                 else:
-                    self.meta.record_event(action, actor=actor(), host=hostname(), model=src.name,
-                                           number=src.version, digest=src.digest, ref=str(where.ref))
+                    try:
+                        self.meta.record_event(action, actor=actor(), host=hostname(), model=src.name,
+                                               number=src.version, digest=src.digest, ref=str(where.ref))
+                    except NotFoundError:
+                        pass  # the version went away meanwhile: nothing true to record
+                    except (RegistryError, OSError):  # refused for now (a server's rate limit, 429), down:
+                        # the bytes were fetched and verified; the log gets the event at the next contact
+                        self._spool.append(action, actor=actor(), host=hostname(), model=src.name,
+                                           digest=src.digest, ref=str(where.ref))
 
             if src.pending is not None:
                 src.pending.on_success(audit)   # a pull that fails mid-way is not recorded
@@ -459,6 +502,9 @@ class Registry:
         meta = self.meta
         if isinstance(meta, HttpMetadataStore):
             return meta.add_webhook(url, list(events), glob, secret=text, actor=actor(), host=hostname())
+        from ..access.webhook_targets import TargetPolicy, check_new_target
+
+        check_new_target(url, TargetPolicy.from_env())  # internal addresses: as the server would (and does)
         path, may_create = server_key.key_path(self.settings.home)
         key = server_key.load_or_create(path, may_create)
         return meta.add_webhook(  # type: ignore[attr-defined]

@@ -67,6 +67,10 @@ class MetadataStore(Protocol):
     def signatures(self, name: str, number: int) -> list[SignatureRecord]:
         """Signatures recorded for a version, oldest first."""
 
+    def add_signature(self, name: str, number: int, signature: Mapping[str, Any], *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> SignatureRecord:
+        """Record a signature of an existing version (audited ``sign``)."""
+
     def list_models(self) -> list[ModelRecord]:
         """Every model, by name."""
 

@@ -13,11 +13,20 @@ The policy is ``HOME/trust.toml`` (``--home`` / ``PT2REG_HOME``), or the file na
     [[rule]]
     files = true                           # also bundle files given by path (they have no model name)
     keys = ["ci.pub"]
+    legacy = true                          # also accept bare-digest signatures (see below)
 
 Globs match the whole model name: ``*`` is any run of characters but ``/`` (one path segment),
 ``**`` any run including ``/``, ``?`` one character but ``/``. Every rule whose glob matches a
-model applies, and each needs a valid signature over the bundle digest by at least one of its
-keys. A rule with ``files = true`` applies to bundle files (``pt2reg verify x.pt2b``,
+model applies, and each needs a valid signature by at least one of its keys over a statement
+that names *this* model and *this* version (an OMS statement, ``registry.format.oms``): a
+bundle signed as ``team/debug`` and published again as ``team/m``, or a statement for version 3
+served as version 5, satisfies no rule. A bare-digest (legacy) signature, or another OMS
+signer's statement that names no model, satisfies a rule only with ``legacy = true``, which
+gives up that protection.
+
+Rollback: once this machine has loaded version N of a model under a rule, a version older
+than N is refused (exit 5) unless the user pins it by digest (``NAME@sha256:...``), TUF-style;
+the newest version seen per model is kept in ``HOME/trust-state.json``. A rule with ``files = true`` applies to bundle files (``pt2reg verify x.pt2b``,
 ``registry.load("x.pt2b")``) too; without it rules apply to registry refs only, because a file
 carries no model name to match. ``pull``, ``verify``, ``run``, ``registry.load`` and
 ``Registry.materialize`` enforce it before anything is written or deserialized: a matching model
@@ -40,7 +49,10 @@ from typing import Any, Iterable, Mapping
 from ..errors import SignatureError, UsageError
 from ..sources import MaterializedBundle
 
-__all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust"]
+__all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust", "STATE_FILE"]
+
+#: under the home: the newest version of each model this machine loaded under a trust rule
+STATE_FILE = "trust-state.json"
 
 ENV_TRUST = "PT2REG_TRUST"
 _MAX_POLICY_BYTES = 1024 * 1024
@@ -78,6 +90,7 @@ class TrustRule:
     files: bool
     keys: tuple[str, ...]            # paths (resolved) or inline PEM text
     policy_path: Path
+    legacy: bool = False             # bare-digest signatures (which name no model) satisfy it too
     #: key id -> (public key, label), loaded when the policy is read (a bad key is a bad policy)
     keyring: Mapping[str, tuple[Any, str]] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -127,8 +140,9 @@ class TrustPolicy:
         return [r for r in self.rules if r.applies_to(name)]
 
     def verify(self, name: str | None, digest: str, signatures: Iterable[dict[str, Any]],
-               label: str = "") -> tuple[str, ...]:
-        """Key ids of the trusted signers; SignatureError (exit 5) when a rule is not met."""
+               label: str = "", version: int | None = None) -> tuple[str, ...]:
+        """Key ids of the trusted signers; SignatureError (exit 5) when a rule is not met:
+        one line naming the model, the rule, the keys and why none of their signatures counts."""
         sigs = list(signatures)
         subject = f"model {name}" if name is not None else f"bundle file {label or digest}"
         signers: list[str] = []
@@ -136,14 +150,26 @@ class TrustPolicy:
 
         for rule in self.rules_for(name):
             keys = rule.keyring
-            signer, why = valid_signer(digest, sigs, {kid: k for kid, (k, _) in keys.items()})
+            signer, why = valid_signer(digest, sigs, {kid: k for kid, (k, _) in keys.items()}, name=name,
+                                       version=version, bound=not rule.legacy)
             if signer is None:
                 named = ", ".join(f"{lbl} ({kid[:19]}...)" for kid, (_, lbl) in keys.items())
+                what = f"{name}@{version}" if name is not None and version is not None else (name or "it")
                 raise SignatureError(f"{subject} must be signed by {named} (trust policy {rule.where}): {why}",
-                                     hint="pull a version signed by that key, or ask its publisher to sign it")
+                                     hint=f"ask its publisher to sign it: pt2reg sign {what} --key KEY"
+                                          + ("" if rule.legacy else " (a statement naming the model and version; "
+                                             "legacy = true in the rule also accepts bare-digest signatures)"))
             if signer not in signers:
                 signers.append(signer)
         return tuple(signers)
+
+    def labels(self) -> dict[str, str]:
+        """key id -> the label of that key in this policy (its file name, or "an inline key")."""
+        return {kid: lbl for r in self.rules for kid, (_, lbl) in r.keyring.items()}
+
+    def keys(self) -> dict[str, Any]:
+        """key id -> public key, of every rule."""
+        return {kid: k for r in self.rules for kid, (k, _) in r.keyring.items()}
 
 
 def _as_list(value: Any, what: str, where: str) -> tuple[str, ...]:
@@ -176,13 +202,14 @@ def parse_policy(text: str, path: Path) -> TrustPolicy:
         where = f"rule {i} of {path}"
         if not isinstance(raw, dict):
             raise UsageError(f"trust policy {where} is not a table")
-        extra = sorted(set(raw) - {"models", "keys", "files"})
+        extra = sorted(set(raw) - {"models", "keys", "files", "legacy"})
         if extra:
             raise UsageError(f"trust policy {where}: unknown key {extra[0]!r}",
-                             hint="a rule has models, keys and optionally files")
-        files = raw.get("files", False)
-        if not isinstance(files, bool):
-            raise UsageError(f"trust policy {where}: files must be true or false")
+                             hint="a rule has models, keys and optionally files and legacy")
+        files, legacy = raw.get("files", False), raw.get("legacy", False)
+        for field_name, value in (("files", files), ("legacy", legacy)):
+            if not isinstance(value, bool):
+                raise UsageError(f"trust policy {where}: {field_name} must be true or false")
         if "models" not in raw and not files:
             raise UsageError(f"trust policy {where} names no models", hint='add models = "team/*"')
         models = _as_list(raw["models"], "models", where) if "models" in raw else ()
@@ -199,7 +226,7 @@ def parse_policy(text: str, path: Path) -> TrustPolicy:
             else:
                 p = Path(k).expanduser()
                 keys.append(str(p if p.is_absolute() else (path.parent / p)))
-        r = TrustRule(i, models, files, tuple(keys), path)
+        r = TrustRule(i, models, files, tuple(keys), path, legacy)
         rules.append(dataclasses.replace(r, keyring=r.load_keys()))
     return TrustPolicy(path, tuple(rules))
 
@@ -229,25 +256,59 @@ def load_policy(home: str | os.PathLike, env: Mapping[str, str] | None = None) -
 
 
 def establish_trust(src: MaterializedBundle, policy: TrustPolicy | None = None, *,
-                    require_signature: Iterable[str] = (), is_file: bool = False) -> MaterializedBundle:
+                    require_signature: Iterable[str] = (), is_file: bool = False, pinned: bool = False,
+                    state_dir: str | os.PathLike | None = None) -> MaterializedBundle:
     """Enforce ``policy`` and ``require_signature`` on a MaterializedBundle, before anything is
     deserialized; return it with ``trusted_signers`` set (SignatureError, exit 5, otherwise).
 
-    ``is_file``: the bundle was given as a file, so only ``files = true`` rules apply.
+    ``is_file``: the bundle was given as a file, so only ``files = true`` rules apply. With
+    ``state_dir`` (the home), a model a rule covers may not go back to a version older than
+    the newest loaded here before, unless ``pinned`` (the user named its digest): rollback.
     """
     signers = list(src.trusted_signers)
+    name = None if is_file else src.name   # no model name: it is checked as a file
     if policy is not None:
-        name = None if is_file else src.name   # no model name: it is checked as a file
-        for s in policy.verify(name, src.digest, src.signatures, label=src.label):
+        for s in policy.verify(name, src.digest, src.signatures, label=src.label, version=src.version):
             if s not in signers:
                 signers.append(s)
+        if name is not None and src.version is not None and state_dir is not None and policy.rules_for(name):
+            _check_rollback(Path(state_dir) / STATE_FILE, name, src.version, pinned)
     pubkeys = list(require_signature)
     if pubkeys:
         from ..format.signing import verify_signatures
 
-        s = verify_signatures(src.digest, src.signatures, pubkeys)
+        s = verify_signatures(src.digest, src.signatures, pubkeys, name=name, version=src.version)
         if s not in signers:
             signers.append(s)
     if tuple(signers) == tuple(src.trusted_signers):
         return src
     return dataclasses.replace(src, trusted_signers=tuple(signers))
+
+
+def _check_rollback(path: Path, name: str, version: int, pinned: bool) -> None:
+    """Refuse ``name@version`` when a newer version of it was loaded here under a trust rule
+    (SignatureError, exit 5), unless ``pinned``; else remember ``version`` if it is the newest."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+        models = doc.get("models") if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        models = None
+    models = models if isinstance(models, dict) else {}
+    entry = models.get(name)
+    newest = entry.get("version") if isinstance(entry, dict) and isinstance(entry.get("version"), int) else 0
+    if version < newest and not pinned:
+        raise SignatureError(f"model {name}: version {version} is older than version {newest}, which this machine "
+                             f"already loaded signed (a rollback, refused by the trust policy)",
+                             hint=f"to go back on purpose, pin it by digest: {name}@sha256:... "
+                                  f"(`pt2reg show {name}@{version}` prints it)")
+    if version > newest:
+        from ..atomic import atomic_write
+
+        models[name] = {"version": version}
+        try:
+            with atomic_write(path, fsync=False) as f:
+                f.write(json.dumps({"models": models}, indent=1, sort_keys=True).encode("utf-8"))
+        except OSError:
+            pass  # a read-only home: no state kept (each process then checks only the policy)

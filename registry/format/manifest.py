@@ -34,7 +34,8 @@ from .packs import PackIndex, stored_with_packs
 
 __all__ = ["Manifest", "ProgramSpec", "TensorSpec", "Dim", "RequiredOp", "ConstantInput", "PytreeClass",
            "BakedDevice", "AotiTarget", "Variant", "Serialization", "Requirements", "Environment", "Member", "Sample",
-           "BakedDeviceGroup", "baked_device_groups", "evolve", "load_schema", "validate_raw", "stored_blobs"]
+           "BakedDeviceGroup", "baked_device_groups", "evolve", "load_schema", "validate_raw", "stored_blobs",
+           "recorded_facts"]
 
 
 @lru_cache(maxsize=1)
@@ -222,6 +223,28 @@ def stored_blobs(manifest_json: str, packs: PackIndex | str | None = None) -> se
     except UsageError as exc:
         raise ManifestError(f"a stored pack index does not fit its manifest: {exc.message}",
                             hint="the metadata database was altered") from exc
+
+
+def recorded_facts(manifest_json: str) -> tuple[int, dict[str, Any]]:
+    """What a version of this manifest records beside it, as a function of it: its size (every
+    member's bytes and the manifest's own, ``Manifest.total_size`` of its canonical text) and
+    its metadata. Cheap (no schema check), as ``stored_blobs``: the audit checks every stored
+    version against it, and a server records nothing else. ``ManifestError`` when unreadable.
+
+    >>> recorded_facts('{"members": [{"size": 5}], "metadata": {"stage": "dev"}}')
+    (61, {'stage': 'dev'})
+    """
+    try:
+        raw = json.loads(manifest_json)
+        members = raw.get("members", []) if isinstance(raw, dict) else []
+        size = sum(int(m["size"]) for m in members) + len(manifest_json.encode("utf-8"))
+        metadata = raw.get("metadata", {}) if isinstance(raw, dict) else {}
+        if not isinstance(metadata, dict):
+            raise TypeError("metadata is not an object")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ManifestError(f"a stored manifest is unreadable ({exc})",
+                            hint="the metadata database was altered") from exc
+    return size, dict(metadata)
 
 
 def _no_constant(name: str) -> Any:

@@ -1,12 +1,23 @@
-"""Ed25519 signatures over bundle digests (via ``cryptography``).
+"""Signing keys, and signatures over bundles: OMS statements (``oms-v1``) and bare digests.
 
-The signed message is ``b"pt2-registry/bundle/v1\\n" + digest`` (domain-separated, so a key
-used here cannot be tricked into signing something else). A signature record is::
+Keys are Ed25519 or ECDSA (P-256, P-384, P-521), PEM files as ``pt2reg key generate`` writes
+them (``--type``; ECDSA P-256 by default, the curve the OpenSSF Model Signing key method
+verifies). A key's id is ``sha256:`` of its raw public bytes (Ed25519) or of its DER
+SubjectPublicKeyInfo (ECDSA).
 
-    {"algorithm": "ed25519", "key_id": "sha256:<hex of the raw public key>",
-     "digest": "sha256:<bundle digest>", "signature": "<base64>"}
+A bundle signature is a record in the version's signatures (and a bundle's
+``signatures.json``)::
 
-For example::
+    {"algorithm": "oms-v1", "key_id": "sha256:<key id>", "digest": "sha256:<bundle digest>",
+     "signature": "<Sigstore bundle JSON: a DSSE-signed in-toto statement, registry.format.oms>"}
+
+The statement names the model, the version, the bundle digest and the signing time, so a
+signature cannot be carried to another model or version. Older signatures cover the bare
+digest (``b"pt2-registry/bundle/v1\\n" + digest``, domain-separated): ``ed25519`` (base64 of 64
+bytes) and ``ecdsa`` (base64 of a DER signature). They still verify, shown as *legacy*, but
+name no model: a trust rule accepts them only when it says ``legacy = true``
+(``registry.client.trust``). Attestations and audit heads sign their own statements' digests
+the bare way. For example::
 
     generate_keypair("ci")                    # writes ci.key (0600) and ci.pub
     sig = sign_digest("ci.key", "sha256:ab...")
@@ -14,220 +25,221 @@ For example::
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
-import re
-from pathlib import Path
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
-from ..errors import NotFoundError, SignatureError, UsageError
+from ..errors import SignatureError
+from .keys import (KEY_ID_RE, KEY_TYPES, generate_keypair, key_id_of, load_private_key, load_public_key,
+                   public_key_from_pem, public_pem_bytes, read_key_file, sign_bytes, verify_bytes)
 
-__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of",
+__all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of", "KEY_TYPES",
            "public_key_from_pem", "valid_signer", "read_public_key_file", "public_pem_of",
-           "load_private_key"]
+           "load_private_key", "sign_bytes", "verify_bytes", "public_pem_bytes", "OMS", "LEGACY_ALGORITHMS",
+           "SignatureCheck", "check_signatures", "sign_statement_record"]
 
 _DOMAIN = b"pt2-registry/bundle/v1\n"
 ALGORITHM = "ed25519"
+ECDSA = "ecdsa"
+OMS = "oms-v1"
+#: bare-digest signatures: they name no model or version
+LEGACY_ALGORITHMS = (ALGORITHM, ECDSA)
 
 
 def _message(digest: str) -> bytes:
     return _DOMAIN + digest.encode("ascii")
 
 
-def _raw_public(pub: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def key_id_of(pub: Any) -> str:
-    return "sha256:" + hashlib.sha256(_raw_public(pub)).hexdigest()
-
-
-def generate_keypair(path: str | os.PathLike) -> tuple[Path, Path]:
-    """Write PATH.key (PKCS#8 PEM, mode 0600) and PATH.pub (SubjectPublicKeyInfo PEM)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    base = Path(path)
-    key_path, pub_path = Path(f"{base}.key"), Path(f"{base}.pub")
-    for p in (key_path, pub_path):
-        if p.exists():
-            raise UsageError(f"{p} already exists", hint="choose another PATH; keys are never overwritten")
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    pub = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                        serialization.PublicFormat.SubjectPublicKeyInfo)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    pub_path.write_bytes(pub)
-    return key_path, pub_path
-
-
-_MAX_KEY_FILE = 64 * 1024
-_KEY_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
-
-
-def _read_key_file(path: str | os.PathLike, what: str) -> bytes:
-    """A PEM key file's bytes; a missing file is NotFoundError (exit 3), a huge one refused."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_KEY_FILE + 1)
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"{what} {os.fspath(path)} not found", what="file", name=os.fspath(path)) from exc
-    except IsADirectoryError as exc:
-        raise UsageError(f"{what} {os.fspath(path)} is a directory, not a PEM file") from exc
-    if len(data) > _MAX_KEY_FILE:
-        raise UsageError(f"{what} {os.fspath(path)} is over {_MAX_KEY_FILE // 1024} KiB: not a PEM key")
-    return data
-
-
 def check_signature_entries(digest: str, signatures: Iterable[Any]) -> list[dict[str, str]]:
     """Refuse malformed signature entries before they are recorded (SignatureError, exit 5).
 
     Only the form can be checked here: whether a signature is genuine needs the signer's public
-    key, which ``--require-signature KEY`` supplies at load time.
+    key, which a trust policy or ``--require-signature KEY`` supplies when it is used.
     """
     out = []
     for i, s in enumerate(signatures):
         if not isinstance(s, dict):
             raise SignatureError(f"signature #{i + 1} is not an object")
-        key_id, sig = s.get("key_id"), s.get("signature")
-        if s.get("algorithm") != ALGORITHM or not isinstance(key_id, str) or not _KEY_ID.match(key_id):
-            raise SignatureError(f"signature #{i + 1} is not an {ALGORITHM} signature with a sha256 key id",
-                                 hint="sign bundles with `pt2reg push --sign KEY` or `pt2reg sign`")
+        key_id, sig, algorithm = s.get("key_id"), s.get("signature"), s.get("algorithm")
+        if algorithm not in (OMS, *LEGACY_ALGORITHMS) or not isinstance(key_id, str) or not KEY_ID_RE.match(key_id):
+            raise SignatureError(f"signature #{i + 1} is not an {OMS}, {ALGORITHM} or {ECDSA} signature with a "
+                                 f"sha256 key id", hint="sign with `pt2reg sign REF --key KEY` (or push --sign)")
         if s.get("digest", digest) != digest:
             raise SignatureError(f"signature #{i + 1} (by {key_id[:19]}...) is for {str(s.get('digest'))[:80]}, "
                                  f"not this bundle ({digest})", hint="the signature belongs to another bundle")
-        try:
-            raw = base64.b64decode(str(sig), validate=True) if isinstance(sig, str) else b""
-        except ValueError:
-            raw = b""
-        if len(raw) != 64:
-            raise SignatureError(f"signature #{i + 1} (by {key_id[:19]}...) is not a 64-byte {ALGORITHM} "
-                                 f"signature in base64", hint="the signature was damaged or forged")
-        out.append({"algorithm": ALGORITHM, "key_id": key_id, "digest": digest, "signature": sig})
+        if not _well_formed(algorithm, sig):
+            what = {ALGORITHM: f"a 64-byte {ALGORITHM} signature in base64", ECDSA: "a DER ecdsa signature in "
+                    "base64", OMS: "an oms-v1 Sigstore bundle (JSON, at most 1 MiB)"}[algorithm]
+            raise SignatureError(f"signature #{i + 1} (by {key_id[:19]}...) is not {what}",
+                                 hint="the signature was damaged or forged")
+        out.append({"algorithm": algorithm, "key_id": key_id, "digest": digest, "signature": sig})
     return out
 
 
-def load_private_key(path: str | os.PathLike) -> Any:
-    """The Ed25519 private key in the PEM file ``path`` (unencrypted PKCS#8). Refused when the
-    file is open to group or others, as ssh refuses such a key: whoever can read it can sign
-    as its owner (bundles, attestations, and for a server's key its audit heads and webhook
-    secrets). ``pt2reg key generate`` writes it 0600."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+def _well_formed(algorithm: str, sig: Any) -> bool:
+    if not isinstance(sig, str):
+        return False
+    if algorithm == OMS:
+        import json
 
-    data = _read_key_file(path, "signing key")
-    if os.name == "posix":
-        mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise UsageError(f"signing key {os.fspath(path)} is accessible by group or others (mode "
-                             f"{mode & 0o777:04o}); refusing to use it", hint=f"chmod 600 {os.fspath(path)}")
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path} is not an unencrypted PEM private key",
-                         hint="create one with `pt2reg key generate PATH`") from exc
-    if not isinstance(key, Ed25519PrivateKey):
-        raise UsageError(f"{path} is not an Ed25519 key")
-    return key
+        from .oms import BUNDLE_MEDIA_TYPE, MAX_BUNDLE_BYTES
 
-
-def _load_public(path: str | os.PathLike) -> Any:
-    return public_key_from_pem(_read_key_file(path, "public key"), str(path))
-
-
-def public_key_from_pem(data: bytes, what: str) -> Any:
-    """An Ed25519 public key from PEM bytes (a `.pub` file's content, or the same text inline in
-    a trust policy); UsageError (exit 2) naming ``what`` otherwise."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{what} is not a PEM public key") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise UsageError(f"{what} is not an Ed25519 public key")
-    return key
-
-
-def _first_valid(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]
-                 ) -> tuple[str | None, str | None, bool]:
-    """(key id of the first of ``keys`` with a valid signature over ``digest`` or None, the last
-    problem seen with a signature by one of them ("signature by ... is invalid") or None,
-    whether there were any signatures at all)."""
-    from cryptography.exceptions import InvalidSignature
-
-    sigs = [s for s in signatures if isinstance(s, dict)]
-    bad = None
-    for s in sigs:
-        key = keys.get(str(s.get("key_id")))
-        if key is None or s.get("algorithm") != ALGORITHM:
-            continue
-        if s.get("digest") not in (None, digest):
-            bad = f"signature by {str(s['key_id'])[:19]}... is for another digest"
-            continue
         try:
-            key.verify(base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
-            return str(s["key_id"]), None, True
-        except (InvalidSignature, ValueError):
-            bad = f"signature by {str(s['key_id'])[:19]}... is invalid"
-    return None, bad, bool(sigs)
+            doc = json.loads(sig) if len(sig) <= MAX_BUNDLE_BYTES else None
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and doc.get("mediaType") == BUNDLE_MEDIA_TYPE
+    try:
+        raw = base64.b64decode(sig, validate=True)
+    except ValueError:
+        return False
+    return len(raw) == 64 if algorithm == ALGORITHM else 8 <= len(raw) <= 160
 
 
-def valid_signer(digest: str, signatures: Iterable[dict[str, Any]], keys: dict[str, Any]) -> tuple[str | None, str]:
-    """(key id of the first of ``keys`` (key id -> public key) with a valid signature over
-    ``digest``, or None with why not). Never raises for a bad signature: the caller decides."""
-    signer, bad, signed = _first_valid(digest, signatures, keys)
-    if signer:
-        return signer, ""
+@dataclass(frozen=True)
+class SignatureCheck:
+    """One signature by a known key, checked: ``valid`` (the bytes verify and it is for this
+    digest), ``kind`` (``OMS`` or ``legacy``), what an OMS statement names (``model``,
+    ``version``, ``signed_at``; None for a legacy one or another signer's statement) and, when
+    it is not acceptable, why (``problem``)."""
+
+    key_id: str
+    algorithm: str
+    valid: bool
+    model: str | None = None
+    version: int | None = None
+    signed_at: str | None = None
+    problem: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "OMS" if self.algorithm == OMS else "legacy"
+
+    @property
+    def bound(self) -> bool:
+        """It names the model and version it vouches for (an OMS statement of ours)."""
+        return self.valid and self.model is not None and self.version is not None
+
+
+def check_signatures(digest: str, signatures: Iterable[Mapping[str, Any]], keys: Mapping[str, Any], *,
+                     name: str | None = None, version: int | None = None) -> list[SignatureCheck]:
+    """Each signature by one of ``keys`` (key id -> public key) over bundle ``digest``,
+    checked; an OMS statement naming another model than ``name`` or another version than
+    ``version`` (when given) is not valid for them. Signatures by other keys are left out."""
+    from .oms import open_bundle
+
+    out = []
+    for s in signatures:
+        key = keys.get(str(s.get("key_id"))) if isinstance(s, Mapping) else None
+        if key is None:
+            continue
+        kid, algorithm, who = str(s["key_id"]), str(s.get("algorithm")), f"{str(s['key_id'])[:19]}..."
+        if s.get("digest") not in (None, digest):
+            out.append(SignatureCheck(kid, algorithm, False, problem=f"signature by {who} is for another digest"))
+        elif algorithm == OMS:
+            try:
+                st = open_bundle(str(s.get("signature", "")), key)
+            except SignatureError as exc:
+                out.append(SignatureCheck(kid, algorithm, False, problem=f"OMS signature by {who} is invalid: "
+                                                                         f"{exc.message}"))
+                continue
+            problem = None
+            if st.digest != digest:
+                problem = f"OMS signature by {who} covers another bundle ({st.digest})"
+            elif st.model is not None and name is not None and st.model != name:
+                problem = f"OMS signature by {who} names model {st.model}, not {name}"
+            elif st.version is not None and version is not None and st.version != version:
+                problem = f"OMS signature by {who} names version {st.model}@{st.version}, not @{version}"
+            out.append(SignatureCheck(kid, algorithm, problem is None, st.model, st.version, st.signed_at, problem))
+        elif algorithm in LEGACY_ALGORITHMS:
+            try:
+                ok = verify_bytes(key, base64.b64decode(str(s.get("signature", "")), validate=True), _message(digest))
+            except ValueError:
+                ok = False
+            out.append(SignatureCheck(kid, algorithm, ok, problem=None if ok else f"signature by {who} is invalid"))
+    return out
+
+
+def valid_signer(digest: str, signatures: Iterable[Mapping[str, Any]], keys: Mapping[str, Any], *,
+                 name: str | None = None, version: int | None = None,
+                 bound: bool = False) -> tuple[str | None, str]:
+    """(key id of the first of ``keys`` (key id -> public key) with an acceptable signature
+    over ``digest``, or None with why not). ``bound``: only an OMS statement naming ``name``
+    and ``version`` is acceptable (a legacy signature, or another signer's statement, names
+    neither). Never raises for a bad signature: the caller decides."""
+    sigs = [s for s in signatures if isinstance(s, Mapping)]
+    checks = check_signatures(digest, sigs, keys, name=name, version=version)
+    for c in checks:
+        if c.valid and (c.bound or not bound):
+            return c.key_id, ""
+    bad = next((c.problem for c in reversed(checks) if c.problem), None)
     if bad:
         return None, f"its {bad}"
-    if not signed:
+    unbound = next((c for c in checks if c.valid), None)
+    if unbound is not None:
+        what = "a legacy signature" if unbound.kind == "legacy" else "an OMS statement that names no model"
+        return None, (f"it carries only {what} by {unbound.key_id[:19]}..., which does not say which model and "
+                      f"version it vouches for")
+    if not sigs:
         return None, "it is not signed"
     return None, "it carries no signature by any of them"
 
 
 def sign_digest(key_path: str | os.PathLike, digest: str) -> dict[str, str]:
+    """A bare-digest signature (attestations, and legacy bundle signatures)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = load_private_key(key_path)
-    sig = key.sign(_message(digest))
-    return {"algorithm": ALGORITHM, "key_id": key_id_of(key.public_key()), "digest": digest,
-            "signature": base64.b64encode(sig).decode("ascii")}
+    return {"algorithm": ALGORITHM if isinstance(key, Ed25519PrivateKey) else ECDSA, "key_id": key_id_of(key.public_key()),
+            "digest": digest, "signature": base64.b64encode(sign_bytes(key, _message(digest))).decode("ascii")}
 
 
-def verify_signatures(digest: str, signatures: Iterable[dict[str, Any]], pubkey_paths: Iterable[str]) -> str:
-    """The key id of the first required key with a valid signature over ``digest``.
+def sign_statement_record(key_path: str | os.PathLike, *, model: str, version: int, digest: str,
+                          members: Mapping[str, str], signed_at: str | None = None) -> dict[str, str]:
+    """A bundle signature record (``oms-v1``): an OMS statement naming ``model@version`` whose
+    canonical manifest hashes to ``digest``, ``members`` (path -> sha256 hex of the member
+    file) listed beside it, signed now (``signed_at``, UTC ISO 8601) with the key at ``key_path``."""
+    import json
+    from datetime import datetime, timezone
+
+    from .oms import sign_statement, statement_payload
+
+    key = load_private_key(key_path)
+    when = signed_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    payload = statement_payload(model=model, version=version, digest=digest, members=members, signed_at=when)
+    bundle = sign_statement(key, payload)
+    return {"algorithm": OMS, "key_id": key_id_of(key.public_key()), "digest": digest,
+            "signature": json.dumps(bundle, sort_keys=True, separators=(",", ":"))}
+
+
+def verify_signatures(digest: str, signatures: Iterable[Mapping[str, Any]], pubkey_paths: Iterable[str], *,
+                      name: str | None = None, version: int | None = None) -> str:
+    """The key id of the first required key with a valid signature over ``digest`` (an OMS
+    statement must name ``name``/``version`` when given; a legacy one is accepted).
 
     Raises SignatureError (exit 5) when no required key signed it, or a signature is forged.
     """
-    keys = {key_id_of(k): k for k in (_load_public(p) for p in pubkey_paths)}
-    signer, bad, signed = _first_valid(digest, signatures, keys)
+    keys = {key_id_of(k): k for k in (load_public_key(p) for p in pubkey_paths)}
+    signer, why = valid_signer(digest, signatures, keys, name=name, version=version)
     if signer:
         return signer
-    if bad:
-        raise SignatureError(f"{digest}: {bad}", hint="the bundle or its signature was tampered with")
-    if not signed:
+    if why.startswith("its "):
+        raise SignatureError(f"{digest}: {why[4:]}", hint="the bundle or its signature was tampered with, or it "
+                                                           "was signed for another model or version")
+    if why == "it is not signed":
         raise SignatureError(f"{digest} is not signed", hint="a signature from a required key is needed")
     raise SignatureError(f"{digest} is not signed by any required key "
                          f"({', '.join(k[:19] + '...' for k in keys)})")
 
 
 def read_public_key_file(path: str | os.PathLike) -> str:
-    """The PEM text of an Ed25519 public key file (``.pub``), checked: NotFoundError (exit 3)
-    for a missing file, UsageError (exit 2) for anything but an Ed25519 public key."""
-    data = _read_key_file(path, "public key")
+    """The PEM text of a public key file (``.pub``), checked: NotFoundError (exit 3) for a
+    missing file, UsageError (exit 2) for anything but an Ed25519 or ECDSA public key."""
+    data = read_key_file(path, "public key")
     public_key_from_pem(data, os.fspath(path))
     return data.decode("ascii")
 
 
 def public_pem_of(key_path: str | os.PathLike) -> str:
     """The public key (SubjectPublicKeyInfo PEM text) of the private key at ``key_path``."""
-    from cryptography.hazmat.primitives import serialization
-
-    return load_private_key(key_path).public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode("ascii")
+    return public_pem_bytes(load_private_key(key_path).public_key()).decode("ascii")

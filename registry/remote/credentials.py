@@ -23,7 +23,7 @@ from ..config import Settings, normalize_url
 from ..constants import CREDENTIALS_FILE, ENV_TOKEN
 from ..errors import NotFoundError, UsageError
 
-__all__ = ["credentials_path", "resolve_token", "read_token_file", "load_logins", "save_login",
+__all__ = ["credentials_path", "resolve_token", "token_and_source", "read_token_file", "load_logins", "save_login",
            "remove_login"]
 
 _MAX_TOKEN_FILE = 64 * 1024
@@ -35,15 +35,26 @@ def credentials_path(home: Path) -> Path:
 
 def resolve_token(settings: Settings) -> str | None:
     """The token for ``settings.url``: ``PT2REG_TOKEN``, ``--token-file``, the login file, or None."""
-    if settings.token:
-        return settings.token.strip()
-    if settings.token_file is not None:
-        return read_token_file(settings.token_file)
+    return token_and_source(settings)[0]
+
+
+def token_and_source(settings: Settings) -> tuple[str | None, str | None]:
+    """(the token for ``settings.url``, where it came from: ``PT2REG_TOKEN``, ``--token-file
+    PATH`` or ``the login saved for URL``), (None, None) when there is none. ``PT2REG_TOKEN``
+    and ``--token-file`` count only for the registry they were configured for
+    (``settings.token_for``); any other URL gets only its own saved login."""
+    bound = settings.token_for is None or settings.url is None or settings.token_for == settings.url
+    if bound and settings.token:
+        return settings.token.strip(), ENV_TOKEN
+    if bound and settings.token_file is not None:
+        return read_token_file(settings.token_file), f"--token-file {settings.token_file}"
     if settings.url is None:
-        return None
+        return None, None
     entry = load_logins(settings.home).get(settings.url)
     token = entry.get("token") if isinstance(entry, dict) else None
-    return token if isinstance(token, str) and token else None
+    if isinstance(token, str) and token:
+        return token, f"the login saved for {settings.url} ({credentials_path(settings.home)})"
+    return None, None
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:

@@ -121,8 +121,11 @@ class HttpClient:
 
     def __init__(self, base_url: str, token: str | None, *, transport: httpx.BaseTransport | None = None,
                  timeout: httpx.Timeout = TIMEOUT, attempts: int = ATTEMPTS, backoff: float = BACKOFF,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, token_source: str | None = None) -> None:
         self.base_url = normalize_url(base_url)
+        #: where the token came from (``PT2REG_TOKEN``, ``--token-file F``, a saved login), named
+        #: when the server refuses it: never the token itself
+        self.token_source = token_source
         if token is not None and not (token.isascii() and token.isprintable() and " " not in token):
             raise UsageError("the token given (PT2REG_TOKEN, --token-file or the login file) is not a registry token",
                              hint="use the secret `pt2reg token create` printed (pt2r_...)")
@@ -233,7 +236,12 @@ class HttpClient:
             return StoreError(f"the blob store refused {response.request.method} {without_query(url)} "
                               f"(HTTP {response.status_code})",
                               hint="the presigned URL may have expired: try again")
-        return error_from_body(response.status_code, body, self.base_url)
+        exc = error_from_body(response.status_code, body, self.base_url)
+        if isinstance(exc, NotAuthenticatedError):
+            sent = (f"the token sent came from {self.token_source}" if self._token else
+                    "no token was sent (set PT2REG_TOKEN, pass --token-file or `pt2reg login`)")
+            exc.hint = f"{sent}; {exc.hint}" if exc.hint else sent
+        return exc
 
     # -- JSON helpers -----------------------------------------------------------------------
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:

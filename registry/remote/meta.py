@@ -92,6 +92,12 @@ class HttpMetadataStore:
         answer = self.client.get_json("/v1/signatures", {"name": name, "number": number})
         return decode_list(SignatureRecord, _field(answer, "signatures"))
 
+    def add_signature(self, name: str, number: int, signature: Mapping[str, Any], *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> SignatureRecord:
+        answer = self.client.post_json("/v1/signatures", {"name": name, "number": number,
+                                                          "signature": dict(signature), "host": host})
+        return decode(SignatureRecord, _field(answer, "signature"))
+
     def list_models(self) -> list[ModelRecord]:
         return decode_list(ModelRecord, _field(self.client.get_json("/v1/models"), "models"))
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..atomic import USER_FILE, atomic_write
 from .compat import CompatReport, Finding, check, pytree_classes_of
-from .device import CPU, Device, DeviceLike
+from .device import Device, DeviceLike
 from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
                      brief)
 from ..format.manifest import Manifest, ProgramSpec, Variant

@@ -19,6 +19,8 @@ from ..blobs import open_blob_store
 from ..config import Settings
 from ..constants import VERSION
 from ..store import open_metadata_store
+from ..access.webhook_targets import TargetPolicy
+from .client_events import EventGuard
 from .errors import install_error_handlers
 from .limits import LimitsMiddleware, ServerLimits
 from .routes import router
@@ -39,6 +41,8 @@ def create_app(settings: Settings, *, public_url: str | None = None,
     SQLite file is created at head; PostgreSQL never is: ``pt2reg db upgrade``).
     ``public_url``: the base URL clients reach this server at (for the blob URLs it hands out
     with a local store); default, each request's own base URL."""
+    targets = TargetPolicy.from_env()  # PT2REG_WEBHOOK_ALLOW: the internal webhook targets allowed
+    event_guard = EventGuard.from_env()  # PT2REG_EVENT_RATE / _BURST: client events per token
     meta = open_metadata_store(settings.db_url, auto_create=settings.embedded_db)
     try:
         blobs = open_blob_store(settings.store_url)
@@ -49,7 +53,7 @@ def create_app(settings: Settings, *, public_url: str | None = None,
                         public_url=public_url.rstrip("/") if public_url else None)
 
     server_key = load_server_key(settings.home)  # signs audit heads, seals webhook secrets
-    background = Background(meta.engine, server_key)  # webhook delivery + audit head signing
+    background = Background(meta.engine, server_key, targets)  # webhook delivery + audit head signing
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -67,6 +71,8 @@ def create_app(settings: Settings, *, public_url: str | None = None,
                               "errors are `{\"error\": {type, exit_code, message, hint, scope}}`.")
     app.state.registry = state
     app.state.server_key = server_key
+    app.state.webhook_targets = targets
+    app.state.event_guard = event_guard
     hide = tuple(t for t in (blobs.url, str(getattr(blobs, "root", "") or "")) if t)
     install_error_handlers(app, hide=hide)
     install_web(app)  # the web pages at / (after the API's error handlers: it wraps them)

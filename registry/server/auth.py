@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..access.scopes import ADMIN, AUDIT_READ, Identity
 from ..access.tokens import looks_like_token
-from ..errors import AccessDeniedError, NotAuthenticatedError, NotFoundError, UsageError
+from ..errors import NotAuthenticatedError, NotFoundError, UsageError
 from ..refs import Ref, validate_digest, validate_name
 from ..remote.wire import FEATURES_HEADER, client_features
 from .limits import parse_json_body
@@ -47,7 +47,7 @@ class Permission:
     action: str | None = None
     source: str | None = None                          # where the model name / digests come from
     also: tuple[tuple[str, str], ...] = ()             # (action, body field): needed when truthy
-    or_scope: str | None = None                        # blobs: this action on some model suffices
+    or_action: str | None = None                       # blobs: this action on a model using it suffices
     json_body: bool = True                             # False: the route streams a raw body
     optional: bool = False                             # source absent: the action on some model
     session: bool = False                              # a web page: the token comes from the cookie
@@ -127,11 +127,12 @@ def on_scope(scope: str) -> Any:
     return _dependency(Permission("scope", scope))
 
 
-def on_blobs(source: str, *, or_scope: str | None = None) -> Any:
+def on_blobs(source: str, *, or_action: str | None = None) -> Any:
     """Blob reads: every digest at ``source`` (``path:digest`` or ``body:digests``) must be
-    referenced by a version of a model the token may pull (403 naming one digest; a digest no
-    version references: 404). ``or_scope``: holding that action on some model suffices."""
-    return _dependency(Permission("blobs", "pull", source, (), or_scope))
+    referenced by a version of a model the token may pull, else 404 naming one digest, the same
+    answer whether another model's versions use it or none does. ``or_action``: that action
+    on a model whose versions use it suffices too (a push's HEAD of a pack it reuses)."""
+    return _dependency(Permission("blobs", "pull", source, (), or_action))
 
 
 def on_page(action: str, source: str, *, also_query: tuple[str, ...] = ()) -> Any:
@@ -247,9 +248,9 @@ async def _authorize(request: Request, permission: Permission) -> Call:
     elif permission.kind == "scope":
         identity.require(permission.action or "")
     elif permission.kind == "blobs":
-        if not (permission.or_scope and identity.allows(permission.or_scope)):
-            await run_in_threadpool(_require_pullable, state.meta, identity, digests or [],
-                                    "packs" in client_features(request.headers.get(FEATURES_HEADER)))
+        actions = ("pull", permission.or_action) if permission.or_action else ("pull",)
+        await run_in_threadpool(_require_readable, state.meta, identity, digests or [], actions,
+                                "packs" in client_features(request.headers.get(FEATURES_HEADER)))
     return Call(identity, body, client_addr, query_host)
 
 
@@ -262,22 +263,23 @@ def _digest_list(raw: Any, limit: int) -> list[str]:
     return [validate_digest(d) for d in raw]
 
 
-def _require_pullable(meta: Any, identity: Identity, digests: list[str], reads_packs: bool = True) -> None:
-    """Every digest must belong to a version of a model ``identity`` may pull. A client that
-    does not say it reads packs (``wire.FEATURES_HEADER``: one older than packs) asking for a
-    blob no version references is told it may be a chunk kept in a pack."""
+def _require_readable(meta: Any, identity: Identity, digests: list[str], actions: tuple[str, ...],
+                      reads_packs: bool = True) -> None:
+    """Every digest must belong to a version of a model ``identity`` may pull (or do one of
+    ``actions`` on), else ``_blob_not_found``: one answer for a blob no version references and for
+    one only models hidden from the token use, so no answer tells that a hidden model holds a
+    digest."""
     owners = meta.pullable_blob_models(sorted(set(digests)))
     for digest in digests:
-        models = owners.get(digest)
-        if not models:
-            raise NotFoundError(f"blob {digest} not found: no version references it",
-                                what="blob", name=digest,
-                                hint=None if reads_packs else "a version pushed by a newer pt2-registry keeps its "
-                                "small tensors in packs, which this client predates: upgrade pt2-registry")
-        if not any(identity.allows("pull", m) for m in models):
-            # the models stay unnamed: which model a blob belongs to is not this token's to know
-            raise AccessDeniedError(
-                f"token {identity.owner!r} (id {identity.token_id}) may not read blob {digest}: "
-                f"it lacks scope model:<glob>:pull on a model whose versions use it",
-                scope="model:<glob>:pull",
-                hint="ask an admin for a token with that scope (pt2reg token create)")
+        if not any(identity.allows(action, m) for m in owners.get(digest, ()) for action in actions):
+            raise _blob_not_found(digest, reads_packs)
+
+
+def _blob_not_found(digest: str, reads_packs: bool = True) -> NotFoundError:
+    """The answer for a blob the token may not read, whether or not it is stored. A client that
+    does not say it reads packs (``wire.FEATURES_HEADER``: one older than packs) is told it may
+    be a chunk kept in a pack."""
+    return NotFoundError(f"blob {digest} not found: no version this token may pull references it",
+                         what="blob", name=digest,
+                         hint=None if reads_packs else "a version pushed by a newer pt2-registry keeps its "
+                         "small tensors in packs, which this client predates: upgrade pt2-registry")

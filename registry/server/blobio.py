@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import re
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import anyio
 import anyio.from_thread
@@ -20,12 +20,13 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response, Streamin
 from starlette.concurrency import run_in_threadpool
 
 from ..blobs.base import run_parallel
+from ..digests import VerifyingReader
 from ..errors import NotFoundError, UsageError
 from .limits import LengthRequired
 from .state import ServerState
 
-__all__ = ["blob_ok", "missing_blobs", "upload_plan", "download_urls", "serve_blob",
-           "receive_blob", "head_blob"]
+__all__ = ["BlobCheck", "blob_check", "blob_checks", "missing_blobs", "upload_plan",
+           "download_urls", "serve_blob", "receive_blob", "head_blob"]
 
 access_log = logging.getLogger("registry.server.access")
 _RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)\Z")
@@ -37,8 +38,16 @@ def _url_without_query(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def blob_ok(state: ServerState, digest: str, size: int | None) -> bool:
-    """True when the store holds ``digest`` with ``size`` bytes (when given) and, on S3, a
+class BlobCheck(NamedTuple):
+    """What the store says of one blob: ``ok`` (stored, at its size, vouched for) and, on S3,
+    the ``uploader`` the presigned PUT that wrote it recorded (None over a local directory)."""
+
+    ok: bool
+    uploader: str | None = None
+
+
+def blob_check(state: ServerState, digest: str, size: int | None) -> BlobCheck:
+    """Whether the store holds ``digest`` with ``size`` bytes (when given) and, on S3, a
     checksum that vouches for it: the full-object SHA-256 equal to the digest, or the
     composite checksum of a multipart upload (written by a direct client, which verified the
     bytes itself). An object with no checksum, or a different full-object one, is not trusted:
@@ -46,55 +55,58 @@ def blob_ok(state: ServerState, digest: str, size: int | None) -> bool:
     store = state.blobs
     if state.presigns:
         try:
-            stored_size, checksum = store.head(digest)  # type: ignore[attr-defined]
+            stored_size, checksum, uploader = store.head_info(digest)  # type: ignore[attr-defined]
         except NotFoundError as exc:
             if exc.what == "bucket":
                 raise
-            return False
-        if size is not None and stored_size != size:
-            return False
-        if checksum is None:
-            return False
-        if checksum == store.full_object_checksum(digest):  # type: ignore[attr-defined]
-            return True
-        return "-" in checksum  # composite of a multipart upload
+            return BlobCheck(False)
+        if (size is not None and stored_size != size) or checksum is None:
+            return BlobCheck(False)
+        full = checksum == store.full_object_checksum(digest)  # type: ignore[attr-defined]
+        return BlobCheck(full or "-" in checksum, uploader)  # "-": composite of a multipart upload
     try:
         info = store.stat(digest)
     except NotFoundError:
-        return False
-    return size is None or info.size == size
+        return BlobCheck(False)
+    return BlobCheck(size is None or info.size == size)
+
+
+def blob_checks(state: ServerState, blobs: list[tuple[str, int | None]]) -> dict[str, BlobCheck]:
+    """``blob_check`` of each of ``blobs``, several at once."""
+    found = run_parallel(lambda item: blob_check(state, item[0], item[1]), blobs, _HEADS) if blobs else []
+    return {d: check for (d, _), check in zip(blobs, found)}
 
 
 def missing_blobs(state: ServerState, blobs: list[tuple[str, int | None]]) -> list[str]:
     """The digests of ``blobs`` the store lacks (or holds unverified), in order."""
-    if not blobs:
-        return []
-    present = run_parallel(lambda item: blob_ok(state, item[0], item[1]), blobs, _HEADS)
-    return [d for (d, _), ok in zip(blobs, present) if not ok]
+    checks = blob_checks(state, blobs)
+    return [d for d, _ in blobs if not checks[d].ok]
 
 
 def _base_url(state: ServerState, request: Request) -> str:
     return (state.public_url or str(request.base_url)).rstrip("/")
 
 
-def upload_plan(state: ServerState, request: Request, items: list[tuple[str, int]]) -> dict[str, Any]:
-    """``{"missing": [{digest, size, url, method, headers}], "present": [digest]}``."""
-    need = set(missing_blobs(state, items))
-    missing, present = [], []
+def upload_plan(state: ServerState, request: Request, items: list[tuple[str, int]], *,
+                present: set[str], uploader: str) -> dict[str, Any]:
+    """``{"missing": [{digest, size, url, method, headers}], "present": [digest]}``: ``present``
+    as the caller decided (stored, and the client's to use), every other blob with where to PUT
+    it; a presigned PUT records ``uploader`` on the object."""
+    missing, shown = [], []
     base = _base_url(state, request)
     for digest, size in items:
-        if digest not in need:
-            present.append(digest)
+        if digest in present:
+            shown.append(digest)
             continue
         if state.presigns:
             url, headers = state.blobs.presign_put(  # type: ignore[attr-defined]
-                digest, size, state.limits.presign_seconds)
+                digest, size, state.limits.presign_seconds, uploader=uploader)
             state.counters.add("presigned_puts", 1)
         else:
             url, headers = f"{base}/v1/blobs/{digest}", {}
         missing.append({"digest": digest, "size": size, "url": url, "method": "PUT",
                         "headers": headers})
-    return {"missing": missing, "present": present}
+    return {"missing": missing, "present": shown}
 
 
 def _size(state: ServerState, digest: str) -> int:
@@ -223,7 +235,9 @@ class _BodyReader(io.RawIOBase):
 
 async def receive_blob(state: ServerState, request: Request, digest: str) -> dict[str, Any]:
     """PUT of one blob into a local store: ``Content-Length`` bytes, verified against the
-    digest while they are written (IntegrityError, nothing stored, when they do not match)."""
+    digest while they are written (IntegrityError, nothing stored, when they do not match).
+    A blob stored already is read and verified all the same: the answer (``{"stored": true}``)
+    never tells whether it was there, and an upload vouches for its sender only by its bytes."""
     if state.presigns:
         raise UsageError("this registry keeps its blobs in S3: upload through the presigned URL "
                          "POST /v1/blobs/upload answers", hint="update the client")
@@ -232,5 +246,14 @@ async def receive_blob(state: ServerState, request: Request, digest: str) -> dic
         raise LengthRequired("a blob upload needs a Content-Length header")
     size = int(declared)
     reader = io.BufferedReader(_BodyReader(request, state.counters), buffer_size=_READ)
-    stored = await run_in_threadpool(state.blobs.put_stream, reader, digest, size=size)
-    return {"stored": bool(stored)}
+    await run_in_threadpool(_store_verified, state, reader, digest, size)
+    return {"stored": True}
+
+
+def _store_verified(state: ServerState, reader: io.BufferedReader, digest: str, size: int) -> None:
+    """``put_stream`` (which verifies what it writes), or, when the blob was stored already and
+    nothing was read, the body read and verified the same way (the same IntegrityError)."""
+    if not state.blobs.put_stream(reader, digest, size=size):
+        checked = VerifyingReader(reader, digest, size=size)
+        while checked.read(_READ):
+            pass

@@ -99,7 +99,8 @@ def install_error_handlers(app: FastAPI, *, hide: tuple[str, ...] = ()) -> None:
                                            "`pt2reg db upgrade`"), status_code=503)
         if isinstance(exc, StoreError) or status_of(exc) >= 500:
             return _generic(exc, request)
-        return JSONResponse(_scrubbed(exc, hide), status_code=status_of(exc))
+        return JSONResponse(_scrubbed(exc, hide), status_code=status_of(exc),
+                            headers=getattr(exc, "headers", None))  # e.g. Retry-After on a 429
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

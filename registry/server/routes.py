@@ -15,19 +15,20 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from ..access.scopes import ADMIN, AUDIT_READ
-from ..digests import digest_of_bytes
-from ..errors import AccessDeniedError, IntegrityError, ManifestError, NotFoundError, UsageError
+from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
 from ..blobs.packed import PackedPart, check_packed
-from ..format.manifest import Manifest, stored_blobs
 from ..format.packs import PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
 from ..store.migrate import HEAD_REVISION, ensure_schema
 from ..store.records import LineageNode
-from . import blobio, fields
+from ..store import writes
+from . import blobio, derived, fields, ownership
 from .auth import Call, authenticated, on_blobs, on_model, on_scope, public
+from .client_events import admit_event
 from .state import ServerState
 
 __all__ = ["router", "server_state", "json_body_doc", "redacted_node"]
@@ -122,6 +123,18 @@ def signatures(request: Request, name: str, number: int,
     return {"signatures": encode(server_state(request).meta.signatures(name, number))}
 
 
+@router.post("/v1/signatures", tags=["models"],
+             openapi_extra=json_body_doc(name="string", number="integer", signature="object", host="string"))
+def add_signature(request: Request, call: Call = on_model("push", "body:name")) -> dict[str, Any]:
+    """Record a signature of an existing version (``pt2reg sign``), audited as ``sign``; its form
+    and digest are checked here (exit 5 / 422), its key by whoever trusts it."""
+    body = call.body
+    record = server_state(request).meta.add_signature(
+        validate_name(fields.text(body, "name")), fields.number(body, "number"), fields.mapping(body, "signature"),
+        **call.writer())
+    return {"signature": encode(record)}
+
+
 @router.get("/v1/alias-at", tags=["models"])
 def alias_at(request: Request, name: str, alias: str, when: str,
              call: Call = on_model("pull", "query:name")) -> dict[str, Any]:
@@ -201,44 +214,56 @@ def dataset_lineage(request: Request, uri: str, digest: str | None = None,
 def publish(request: Request,
             call: Call = on_model("push", "body:name", also=(("alias", "aliases"),))) -> dict[str, Any]:
     """Record a version once every blob it names is stored (checked under the store's gc
-    lock, so a version never becomes visible with a blob missing or unverified)."""
+    lock, so a version never becomes visible with a blob missing or unverified). What the
+    manifest determines (size, metadata, blobs) is derived from it (``derived``); a blob is
+    taken only when this token may adopt it (``ownership``); a parent, only when it is a
+    version this token may pull (``writes.check_parents``)."""
     state = server_state(request)
     body = call.body
     name = validate_name(fields.text(body, "name"))
     digest = validate_digest(fields.text(body, "digest"))
-    blobs = []
-    for item in fields.items(body, "blobs", limit=state.limits.batch_items):
-        if not (isinstance(item, list) and len(item) == 2):
-            raise UsageError("each of 'blobs' must be [digest, size]")
-        d, size = validate_digest(item[0]), item[1]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise UsageError(f"invalid size {size!r} for blob {d}")
-        blobs.append((d, size))
-    lineage_edges = fields.items(body, "lineage")
-    for edge in lineage_edges:  # a parent is named only by a token that may read it
-        parent = edge.get("value") if isinstance(edge, dict) and edge.get("kind") == "parent" else None
-        if isinstance(parent, str):
-            call.who.require("pull", Ref.parse(parent).name)
+    sent_blobs = _blob_pairs(body, state.limits.batch_items)
     manifest_json = fields.text(body, "manifest_json", max_len=state.limits.publish_body)
     index = PackIndex.from_json(fields.opt_text(body, "packs_json", max_len=state.limits.publish_body))
-    blobs = _manifest_blobs(name, digest, manifest_json, blobs, index)
-    _require_readable_blobs(state, call, name, [d for d, _ in blobs])
+    found = derived.derive(name, digest, manifest_json, index)
+    derived.require_agreement(name, found, size=fields.opt_number(body, "size"),
+                              metadata=fields.opt_mapping(body, "metadata"), blobs=sent_blobs)
+    claim_id = fields.opt_number(body, "claim")
+    claim = ownership.claim_of(state, claim_id) if claim_id is not None else None
+    if claim_id is not None and (claim is None or not ownership.is_own(call.who, claim)):
+        raise writes.lost_claim_error(name, digest)  # another token's claim: as if it were gone
+    refused = ownership.unavailable(state, call.who, found.blobs, claim)
+    if refused:  # the answer for a blob the store lacks: whose it is stays unsaid
+        raise writes.missing_blobs_error(name, digest, refused)
     _check_pack_index(state, name, index)
-    sizes = dict(blobs)
+    sizes = dict(found.blobs)
 
     def missing(digests: list[str]) -> list[str]:
         return blobio.missing_blobs(state, [(d, sizes.get(d)) for d in digests])
 
     version, created = state.meta.publish(
-        name, digest, manifest_json, fields.number(body, "size"), blobs,
+        name, digest, manifest_json, found.size, found.blobs,
         aliases=[validate_alias(a) for a in fields.items(body, "aliases")],
-        metadata=fields.mapping(body, "metadata"), build=fields.opt_mapping(body, "build"),
-        lineage=lineage_edges, signatures=fields.items(body, "signatures"),
+        metadata=found.metadata, build=fields.opt_mapping(body, "build"),
+        lineage=fields.items(body, "lineage"), signatures=fields.items(body, "signatures"),
         environment=fields.opt_mapping(body, "environment"),
-        ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=fields.opt_number(body, "claim"),
+        ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=claim_id,
         missing_blobs=missing, identity=call.who, packs=index or None,
         **call.writer())
     return {"version": encode(version), "created": created}
+
+
+def _blob_pairs(body: dict[str, Any], limit: int) -> list[tuple[str, int]]:
+    """A publish's ``blobs``: ``[digest, size]`` pairs (what the client says it uploaded)."""
+    pairs = []
+    for item in fields.items(body, "blobs", limit=limit):
+        if not (isinstance(item, list) and len(item) == 2):
+            raise UsageError("each of 'blobs' must be [digest, size]")
+        d, size = validate_digest(item[0]), item[1]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise UsageError(f"invalid size {size!r} for blob {d}")
+        pairs.append((d, size))
+    return pairs
 
 
 def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
@@ -276,59 +301,6 @@ def _check_pack_index(state: ServerState, name: str, index: PackIndex) -> None:
 _WRONG_INDEX_HINT = "push with pt2reg: the index must say where each chunk is in the packs it uploaded"
 
 
-def _manifest_blobs(name: str, digest: str, manifest_json: str,
-                    claimed: list[tuple[str, int]], index: PackIndex) -> list[tuple[str, int]]:
-    """The blobs a version needs, derived from its manifest and pack index (the client's list
-    is not trusted: a publish naming fewer blobs would record a version whose data was never
-    uploaded). The manifest text must hash to ``digest`` and be a valid manifest in canonical
-    form, as every pull checks (another spelling, hashing to ``digest`` as sent, would record
-    a version no client can pull); a claimed blob must be one of them, at its size; the index
-    may only place the manifest's own chunks."""
-    text = manifest_json.encode("utf-8")
-    if digest_of_bytes(text) != digest:
-        raise IntegrityError(f"cannot publish {name}: its manifest does not hash to {digest}",
-                             hint="send the manifest's canonical JSON text unchanged")
-    try:
-        manifest = Manifest.from_bytes(text, digest)
-    except ManifestError as exc:
-        raise IntegrityError(f"cannot publish {name}: {exc.message}",
-                             hint="send the manifest.json of a bundle (pt2reg bundle writes one)") from None
-    if manifest.canonical != text:
-        raise IntegrityError(f"cannot publish {name}: its manifest is not in canonical form (sorted keys, no "
-                             f"spaces): as a manifest its digest is {manifest.digest}, not {digest}",
-                             hint="send the manifest's canonical JSON text unchanged")
-    try:
-        needed = dict(stored_blobs(manifest_json, index))  # UsageError (400): an index that does not fit
-    except IntegrityError:
-        raise IntegrityError(f"cannot publish {name}: its manifest is not a JSON object listing "
-                             f"members with sha256 and size",
-                             hint="send the manifest.json of a bundle") from None
-    for d, size in claimed:
-        if needed.get(d) != size:
-            raise UsageError(f"cannot publish {name}: blob {d} (size {size}) is not one its "
-                             f"manifest names at that size",
-                             hint="list the manifest's blobs as [digest, size]")
-    return sorted(needed.items())
-
-
-def _require_readable_blobs(state: ServerState, call: Call, name: str, digests: list[str]) -> None:
-    """A blob other models' versions already use may be named by a publish only with a token
-    that may pull or push one of those models: else a manifest that merely names a digest
-    would make another model's bytes downloadable with this model's pull scope."""
-    who = call.who
-    if who.allows(ADMIN):
-        return
-    owners = state.meta.pullable_blob_models(digests)
-    for d in digests:
-        models = owners.get(d)
-        if models and not any(who.allows("pull", m) or who.allows("push", m) for m in models):
-            raise AccessDeniedError(
-                f"cannot publish {name}: blob {d} is already stored for a model token "
-                f"{who.owner!r} (id {who.token_id}) may not read",
-                scope="model:<glob>:pull",
-                hint="publish with a token that may pull a model using that blob")
-
-
 @router.put("/v1/alias", tags=["models"],
              openapi_extra=json_body_doc(name="string", alias="string", number="integer", host="string",
                                  ref_for_audit="string"))
@@ -362,19 +334,19 @@ def set_status(request: Request, call: Call = on_model("yank", "body:name")) -> 
              openapi_extra=json_body_doc(action="string", model="string", number="integer", digest="string",
                                  ref="string", host="string", details="object"))
 def record_event(request: Request, call: Call = on_model("pull", "body:model")) -> Any:
-    """A pull or load of a version (the events a client records that change no state)."""
+    """A pull or load of a version (the events a client records that change no state); rate
+    limited per token, bounded in size, about a version that exists (``client_events``)."""
     body = call.body
     action = fields.text(body, "action")
     if action not in _EVENT_ACTIONS:
         raise UsageError(f"event action {action!r} cannot be recorded through the server",
                          hint="pull or load")
     digest = fields.opt_text(body, "digest")
-    details = {**fields.mapping(body, "details"), **call.audit_details()}
-    return encode(server_state(request).meta.record_event(
-        action, actor=call.who.owner, host=call.host(), model=validate_name(fields.text(body, "model")),
-        number=fields.opt_number(body, "number"),
-        digest=validate_digest(digest) if digest is not None else None,
-        ref=fields.opt_text(body, "ref"), details=details))
+    event = {"model": validate_name(fields.text(body, "model")), "number": fields.opt_number(body, "number"),
+             "digest": validate_digest(digest) if digest is not None else None, "ref": fields.opt_text(body, "ref"),
+             "details": {**fields.mapping(body, "details"), **call.audit_details()}}
+    admit_event(request, call, **event)  # 429, 413, 404 before anything is written
+    return encode(server_state(request).meta.record_event(action, actor=call.who.owner, host=call.host(), **event))
 
 
 # -- audit ------------------------------------------------------------------------------------
@@ -416,27 +388,24 @@ def begin_pending(request: Request,
                   call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
     """Claim blobs a push is uploading. The claim's host reads ``remote:t<token id>:<host>``:
     gc judges a remote claim by its heartbeats (never by a process id on the server's own
-    machine), and only the token that made a claim (or an admin) may refresh or end it."""
+    machine), and only the token that made a claim (or an admin) may refresh or end it. The
+    model it pushes (``name``) is recorded: who may push or pull it may use what the claim
+    uploads (``ownership``)."""
     body = call.body
     limit = server_state(request).limits.batch_items
     blobs = [validate_digest(d) for d in fields.items(body, "blobs", limit=limit)]
     pid = fields.number(body, "pid")
-    claim = server_state(request).meta.begin_pending(blobs, f"{_claim_prefix(call)}{call.host()}"[:256], pid)
-    return {"id": claim}
-
-
-def _claim_prefix(call: Call) -> str:
-    return f"remote:t{call.who.token_id}:"
+    name = fields.opt_text(body, "name")  # checked by the permission: the token may push it
+    host = f"{ownership.claim_prefix(call.who)}{call.host()}"[:256]
+    return {"id": server_state(request).meta.begin_pending(blobs, host, pid, name=name)}
 
 
 def _own_claim(request: Request, call: Call, claim_id: int) -> None:
     """AccessDeniedError when the claim exists and another token made it (admins may)."""
-    if call.who.is_admin:
-        return
-    for claim in server_state(request).meta.pending_claims():
-        if claim.id == claim_id and not claim.host.startswith(_claim_prefix(call)):
-            raise AccessDeniedError(f"push claim {claim_id} belongs to another token",
-                                    scope="admin", hint="a push refreshes and ends only its own claim")
+    claim = ownership.claim_of(server_state(request), claim_id)
+    if claim is not None and not ownership.is_own(call.who, claim):
+        raise AccessDeniedError(f"push claim {claim_id} belongs to another token",
+                                scope="admin", hint="a push refreshes and ends only its own claim")
 
 
 @router.post("/v1/pending/{claim_id}/heartbeat", tags=["push"])
@@ -512,14 +481,16 @@ def _blob_items(body: dict[str, Any], limit: int) -> list[tuple[str, int]]:
 def upload_blobs(request: Request,
                  call: Call = on_model("push", "body:name", optional=True)) -> dict[str, Any]:
     """Which blobs the store lacks, each with where to PUT it (a presigned S3 URL, or this
-    server's own ``/v1/blobs/{digest}`` for a local store)."""
+    server's own ``/v1/blobs/{digest}`` for a local store). A stored blob this token may not
+    adopt (``ownership``) is asked for like a missing one: its bytes are the proof."""
     state = server_state(request)
     items = _blob_items(call.body, state.limits.batch_items)
     too_big = [d for d, n in items if n > state.limits.blob_body]
     if too_big and not state.presigns:
         raise UsageError(f"blob {too_big[0]} is larger than this server's limit of "
                          f"{state.limits.blob_body} bytes per blob")
-    return blobio.upload_plan(state, request, items)
+    present = ownership.adoptable(state, call.who, items, ownership.own_claims(state, call.who))
+    return blobio.upload_plan(state, request, items, present=present, uploader=ownership.uploader_tag(call.who))
 
 
 @router.post("/v1/chunks/locate", tags=["blobs"],
@@ -548,8 +519,12 @@ def download_blobs(request: Request, call: Call = on_blobs("body:digests")) -> d
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def put_blob(request: Request, digest: str,
                    call: Call = on_model("push", json_body=False)) -> dict[str, Any]:
-    """One blob's bytes (local store only), verified while written."""
-    return await blobio.receive_blob(server_state(request), request, validate_digest(digest))
+    """One blob's bytes (local store only), verified while written, and noted as this token's
+    upload in its claims that list the blob (``ownership``)."""
+    state = server_state(request)
+    answer = await blobio.receive_blob(state, request, validate_digest(digest))
+    await run_in_threadpool(ownership.record_upload, state, call.who, digest)
+    return answer
 
 
 @router.get("/v1/blobs/{digest}", tags=["blobs"])
@@ -560,5 +535,5 @@ def get_blob(request: Request, digest: str, call: Call = on_blobs("path:digest")
 
 @router.head("/v1/blobs/{digest}", tags=["blobs"])
 def head_blob(request: Request, digest: str,
-              call: Call = on_blobs("path:digest", or_scope="push")) -> Response:
+              call: Call = on_blobs("path:digest", or_action="push")) -> Response:
     return blobio.head_blob(server_state(request), digest)

@@ -1,9 +1,12 @@
 """``pt2reg materialize URI DEST``: the entrypoint of a KServe ``ClusterStorageContainer``
 (KServe runs ``<entrypoint> <src-uri> <dest-path>`` in the storage initializer).
 
-``URI`` is ``pt2reg://HOST[:PORT]/NAME@REF`` (plain HTTP, e.g. a registry Service inside the
-cluster), ``pt2regs://HOST[:PORT]/NAME@REF`` (HTTPS), or a plain ``NAME@REF`` for the
-configured registry. The token comes from ``PT2REG_TOKEN``. Every check runs before DEST is
+``URI`` is ``pt2reg:///NAME@REF`` (no host: the configured registry, ``PT2REG_URL`` or the
+local one), a plain ``NAME@REF`` (the same), or ``pt2reg://HOST[:PORT]/NAME@REF`` (plain HTTP)
+/ ``pt2regs://HOST[:PORT]/NAME@REF`` (HTTPS) naming the registry. A URI naming a registry other
+than the configured one is refused (exit 2) unless ``PT2REG_ALLOWED_REGISTRIES`` lists it, and
+then only the login saved for it is sent: ``PT2REG_TOKEN`` goes to the configured registry only
+(``Settings.registry_for``). The ref of a URI is always a ref, never a file. Every check runs before DEST is
 touched: digests (each blob is hashed as it arrives), signatures (``--require-signature``, the
 trust policy), the target (``verify``), the native-code trust rule for the Triton layout. The
 result is built in a directory beside DEST and moved into it only when complete, so a refused
@@ -33,10 +36,17 @@ _SCHEMES = {"pt2reg": "http", "pt2regs": "https"}
 
 
 def parse_uri(uri: str) -> tuple[str | None, str]:
-    """(server base URL or None for the configured registry, ref)."""
+    """(server base URL, or None for the configured registry, ref)."""
     if "://" not in uri:
         return None, uri
     parts = urlsplit(uri)
+    if parts.scheme in _SCHEMES and not parts.netloc and not parts.query and not parts.fragment:
+        ref = parts.path.lstrip("/")  # pt2reg:///NAME@REF: the configured registry
+        if "@" not in ref:
+            raise UsageError(f"model URI {uri!r} names no version", hint="pt2reg:///NAME@REF (REF: a version "
+                             "number, an alias or sha256:HEX)")
+        Ref.parse(ref)
+        return None, ref
     if parts.scheme not in _SCHEMES or not parts.hostname or parts.query or parts.fragment \
             or parts.username or parts.password:
         raise UsageError(f"invalid model URI {uri!r}",
@@ -97,7 +107,8 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
         raise UsageError(f"{dest} is a symlink", hint="give the real directory")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest} is not a directory")
-    src = open_source(ref, registry=registry, require_signature=require_signature)  # digests + signatures
+    # the ref of a URI is a ref, whatever the working directory holds: never a file
+    src = open_source(Ref.parse(ref), registry=registry, require_signature=require_signature)
     parent = dest.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pt2reg-", dir=parent))

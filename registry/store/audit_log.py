@@ -20,7 +20,7 @@ from .engine import AUDIT_LOCK_KEY, advisory_lock
 from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError, UsageError
-from ..format.manifest import stored_blobs
+from ..format.manifest import recorded_facts, stored_blobs
 from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, TokenRow, VersionBlobRow,
                   VersionPackRow, VersionRow, json_text, now_text)
 
@@ -107,15 +107,16 @@ def verify(session: Session) -> ChainVerdict:
 
 
 def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
-    """The first version whose stored manifest does not hash to its digest, or whose
-    ``version_blobs`` rows are not exactly the blobs its manifest needs."""
+    """The first version whose stored manifest does not hash to its digest, whose size or
+    metadata are not its manifest's (``recorded_facts``), or whose ``version_blobs`` rows are not
+    exactly the blobs its manifest needs."""
     rows: dict[int, set[tuple[str, int]]] = {}
     for vid, digest, size in session.execute(select(VersionBlobRow.version_id, VersionBlobRow.blob_digest,
                                                     VersionBlobRow.size).execution_options(yield_per=5000)):
         rows.setdefault(vid, set()).add((digest, size))
-    for vid, name, number, digest, text_, packs_ in session.execute(
+    for vid, name, number, digest, text_, packs_, size, metadata in session.execute(
             select(VersionRow.id, ModelRow.name, VersionRow.number, VersionRow.digest, VersionRow.manifest_json,
-                   VersionPackRow.packs_json)
+                   VersionPackRow.packs_json, VersionRow.size, VersionRow.metadata_json)
             .join(ModelRow, ModelRow.id == VersionRow.model_id)
             .outerjoin(VersionPackRow, VersionPackRow.version_id == VersionRow.id)
             .order_by(ModelRow.name, VersionRow.number).execution_options(yield_per=1000)):
@@ -123,8 +124,13 @@ def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
             return name, number, f"has a stored manifest that does not hash to its digest {digest}"
         try:
             needed = stored_blobs(text_, packs_)
+            facts = recorded_facts(text_)
         except ManifestError:
             return name, number, "has an unreadable stored manifest or pack index"
+        if size != facts[0]:
+            return name, number, f"records size {size}, its manifest says {facts[0]}"
+        if json.loads(metadata) != facts[1]:
+            return name, number, "records metadata that is not its manifest's"
         have = rows.get(vid, set())
         if have != needed:
             missing = sorted(needed - have)
@@ -135,9 +141,10 @@ def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
 
 
 def verify_contents(session: Session) -> ChainVerdict | None:
-    """None when every version's stored manifest hashes to its digest and its blob records are
-    exactly what that manifest needs; else a failed verdict naming the version (and its
-    publish event). This is what gc and pulls rely on, checked apart from the log's replay."""
+    """None when every version's stored manifest hashes to its digest, its size and metadata
+    are that manifest's and its blob records are exactly what that manifest needs; else a failed
+    verdict naming the version (and its publish event). This is what gc, pulls and ``show``
+    rely on, checked apart from the log's replay."""
     bad = _blobs_disagree(session)
     if bad is None:
         return None

@@ -42,14 +42,16 @@ def _policy_row(s: Session, name: str, alias: str) -> AliasPolicyRow | None:
 
 
 def _signers(s: Session, policy: AliasPolicy, version: VersionRow) -> set[str]:
-    """The policy keys with a valid signature over the version's digest (checked now, with
-    the keys the policy holds: a recorded signature is only checked for its form)."""
+    """The policy keys with a valid signature over the version (checked now, with the keys
+    the policy holds: a recorded signature is only checked for its form). A statement
+    signature must name this model and version (one signed for team/debug moves no alias of
+    team/m); a legacy bare-digest one still counts here (README "Threat model")."""
     if not policy.signers:
         return set()
     sigs = [{"key_id": r.key_id, "algorithm": r.algorithm, "signature": r.signature}
             for r in s.scalars(select(SignatureRow).where(SignatureRow.version_id == version.id))]
     keys = {k: public_key_from_pem(pem.encode("ascii"), f"policy key {k}") for k, pem in policy.signers}
-    signer, _ = valid_signer(version.digest, sigs, keys)
+    signer, _ = valid_signer(version.digest, sigs, keys, name=policy.name, version=version.number)
     return {signer} if signer else set()
 
 

@@ -36,38 +36,44 @@ def walk(session: Session, start: Iterable[int], step: Step) -> dict[int, int]:
 
 
 def parent_ids(session: Session, ids: list[int]) -> list[int]:
-    """Versions that the given versions name as parents.
-
-    A digest published under several names resolves to the version the edge names
-    (``value`` is the parent's ref as resolved at publish), else to the first published.
-    """
+    """Versions that the given versions name as parents."""
     edges = session.execute(
         select(LineageRow.value, LineageRow.digest)
         .where(LineageRow.version_id.in_(ids), LineageRow.kind == "parent")).all()
-    digests = {digest for _, digest in edges if digest}
-    if not digests:
-        return []
-    candidates: dict[str, list[tuple[int, str]]] = {}
-    for vid, digest, name, number in session.execute(
-            select(VersionRow.id, VersionRow.digest, ModelRow.name, VersionRow.number)
-            .join(ModelRow, ModelRow.id == VersionRow.model_id)
-            .where(VersionRow.digest.in_(digests)).order_by(VersionRow.id)):
-        candidates.setdefault(digest, []).append((vid, f"{name}@{number}"))
-    found = []
-    for value, digest in edges:
-        options = candidates.get(digest or "", [])
-        named = [vid for vid, ref in options if ref == value]
-        if named or options:
-            found.append(named[0] if named else options[0][0])
-    return found
+    return [vid for vid in _linked(session, edges) if vid is not None]
 
 
 def child_ids(session: Session, ids: list[int]) -> list[int]:
-    """Versions that name any of the given versions as a parent."""
+    """Versions that name any of the given versions as a parent (an edge to a digest the given
+    versions share with another version links to the one it names, as ``parent_ids`` says)."""
     digests = select(VersionRow.digest).where(VersionRow.id.in_(ids))
-    return list(session.scalars(
-        select(LineageRow.version_id).distinct()
-        .where(LineageRow.kind == "parent", LineageRow.digest.in_(digests))))
+    edges = session.execute(
+        select(LineageRow.version_id, LineageRow.value, LineageRow.digest)
+        .where(LineageRow.kind == "parent", LineageRow.digest.in_(digests))).all()
+    wanted = set(ids)
+    linked = _linked(session, [(value, digest) for _, value, digest in edges])
+    return list(dict.fromkeys(child for (child, _, _), parent in zip(edges, linked) if parent in wanted))
+
+
+def _linked(session: Session, edges: Iterable[tuple[str, str | None]]) -> list[int | None]:
+    """The version each parent edge ``(value, digest)`` links to: a digest published under several
+    names resolves to the version the edge names (``value``, the parent's ``name@number`` as
+    checked at publish), else to the first published; None when no version has it."""
+    edges = list(edges)
+    candidates: dict[str, list[tuple[int, str]]] = {}
+    digests = {digest for _, digest in edges if digest}
+    if digests:
+        for vid, digest, name, number in session.execute(
+                select(VersionRow.id, VersionRow.digest, ModelRow.name, VersionRow.number)
+                .join(ModelRow, ModelRow.id == VersionRow.model_id)
+                .where(VersionRow.digest.in_(digests)).order_by(VersionRow.id)):
+            candidates.setdefault(digest, []).append((vid, f"{name}@{number}"))
+    found: list[int | None] = []
+    for value, digest in edges:
+        options = candidates.get(digest or "", [])
+        named = [vid for vid, ref in options if ref == value]
+        found.append(named[0] if named else (options[0][0] if options else None))
+    return found
 
 
 def dataset_ids(session: Session, uri: str, digest: str | None = None) -> list[int]:

@@ -32,7 +32,7 @@ __all__ = [
     "LineageRow", "PendingPushRow", "AuditEventRow", "TokenRow", "STATUSES", "LINEAGE_KINDS", "now_text",
     "db_clock",
     "json_text", "AliasPolicyRow", "AttestationRow", "WebhookRow", "WebhookDeliveryRow",
-    "WebhookAttemptRow", "AuditHeadRow",
+    "WebhookAttemptRow", "AuditHeadRow", "UPLOADED", "FOR_MODEL",
 ]
 
 NAMING = {
@@ -212,6 +212,14 @@ class LineageRow(Base):
         return LineageEdge(self.kind, self.value, self.digest, extra)
 
 
+#: how ``blobs_json`` of a claim notes, beside the digests it claims, a blob its holder uploaded
+#: through the server (``uploaded:sha256:...``) and the model it pushes (``model:team/bert``): a
+#: server older than these reads each as one more claimed name that no blob has, so it keeps
+#: working the same
+UPLOADED = "uploaded:"
+FOR_MODEL = "model:"
+
+
 class PendingPushRow(Base):
     __tablename__ = "pending_pushes"
 
@@ -223,8 +231,12 @@ class PendingPushRow(Base):
     blobs_json: Mapped[str] = mapped_column(Text)
 
     def to_record(self) -> PendingPush:
+        entries = json.loads(self.blobs_json)
+        models = [e[len(FOR_MODEL):] for e in entries if e.startswith(FOR_MODEL)]
         return PendingPush(self.id, self.host, self.pid, parse_ts(self.started_at),
-                           parse_ts(self.heartbeat_at), json.loads(self.blobs_json))
+                           parse_ts(self.heartbeat_at), [e for e in entries if e.startswith("sha256:")],
+                           uploaded=[e[len(UPLOADED):] for e in entries if e.startswith(UPLOADED)],
+                           model=models[0] if models else None)
 
 
 class AuditEventRow(Base):

@@ -5,7 +5,8 @@ that records the change: an event worth announcing (:data:`EVENT_TYPES`) becomes
 ``webhook_deliveries`` row per subscribed webhook, so a change and its outbox rows commit or
 roll back together. Server replicas then :func:`claim` due rows with a conditional UPDATE (one
 winner per row, whatever the number of replicas; PostgreSQL also skips rows another replica
-holds locked), deliver them and :func:`record_attempt`.
+holds locked), deliver them and :func:`record_attempt`. Each webhook's rows are its own queue
+(:func:`due_webhooks`, ``claim(webhook_id=...)``), so a server works on each endpoint apart.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 from datetime import timedelta
 from typing import Any, Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from ..access.scopes import glob_matches, validate_glob
@@ -24,7 +25,7 @@ from .orm import (AuditEventRow, AuditHeadRow, WebhookAttemptRow, WebhookDeliver
 from .records import SignedAuditHead, WebhookAttempt, WebhookDelivery, WebhookRecord
 
 __all__ = ["EVENT_TYPES", "ACTION_EVENTS", "enqueue", "add_webhook", "list_webhooks", "remove_webhook",
-           "deliveries", "redeliver", "claim", "release", "record_attempt", "secret_of", "add_head",
+           "deliveries", "redeliver", "due_webhooks", "claim", "release", "record_attempt", "secret_of", "add_head",
            "heads", "newest_event", "validate_webhook_url", "MAX_ATTEMPTS", "EXCERPT_CHARS"]
 
 #: audit action -> webhook event type (actions not listed are not announced: pulls, tokens...)
@@ -199,17 +200,32 @@ def redeliver(s: Session, delivery_id: int) -> WebhookDelivery:
     return _delivery(row, [])
 
 
-def claim(s: Session, replica: str, *, lease_seconds: float, limit: int = 10
-          ) -> list[tuple[int, str, str, str, str, int]]:
-    """Due deliveries this replica now holds for ``lease_seconds``: ``(id, message_id,
-    payload_json, url, secret_enc+key, attempts)``. Each row is taken by a conditional UPDATE
-    that only one replica's transaction can win."""
+def _due(now: str) -> tuple[Any, ...]:
+    """Rows waiting for an attempt now and held by no replica (or by one whose lease ran out)."""
+    return (WebhookDeliveryRow.status.in_(("pending", "failing")),
+            WebhookDeliveryRow.next_attempt_at <= now,
+            (WebhookDeliveryRow.claimed_until.is_(None)) | (WebhookDeliveryRow.claimed_until < now))
+
+
+def due_webhooks(s: Session) -> dict[int, int]:
+    """``webhook id -> deliveries due now`` that no replica holds: each webhook's own queue."""
+    rows = s.execute(select(WebhookDeliveryRow.webhook_id, func.count())
+                     .where(*_due(now_text(s))).group_by(WebhookDeliveryRow.webhook_id))
+    return {webhook_id: count for webhook_id, count in rows}
+
+
+def claim(s: Session, replica: str, *, lease_seconds: float, limit: int = 10,
+          webhook_id: int | None = None) -> list[tuple[int, str, str, str, str, int]]:
+    """Due deliveries this replica now holds for ``lease_seconds``, oldest first (only
+    ``webhook_id``'s when given): ``(id, message_id, payload_json, url, secret_enc+key,
+    attempts)``. Each row is taken by a conditional UPDATE that only one replica's transaction
+    can win."""
     now = now_text(s)
     until = format_ts(parse_ts(now) + timedelta(seconds=lease_seconds))
-    due = (WebhookDeliveryRow.status.in_(("pending", "failing")),
-           WebhookDeliveryRow.next_attempt_at <= now,
-           (WebhookDeliveryRow.claimed_until.is_(None)) | (WebhookDeliveryRow.claimed_until < now))
+    due = _due(now)
     q = select(WebhookDeliveryRow.id).where(*due).order_by(WebhookDeliveryRow.id).limit(limit)
+    if webhook_id is not None:
+        q = q.where(WebhookDeliveryRow.webhook_id == webhook_id)
     if s.get_bind().dialect.name == "postgresql":
         q = q.with_for_update(skip_locked=True)
     won = []

@@ -161,7 +161,10 @@ class AuditEvent:
 
 @dataclass(frozen=True)
 class PendingPush:
-    """A publish in progress: its blobs must survive gc until it ends or stops heartbeating."""
+    """A publish in progress: its blobs must survive gc until it ends or stops heartbeating.
+    ``uploaded``: the blobs of ``blobs`` whose bytes its holder sent to a registry server that
+    keeps them in a local directory (the server saw them arrive); ``model``: the model it pushes,
+    when it said (see ``registry.server.ownership``)."""
 
     id: int
     host: str
@@ -169,6 +172,8 @@ class PendingPush:
     started_at: datetime
     heartbeat_at: datetime
     blobs: list[str]
+    uploaded: list[str] = field(default_factory=list)
+    model: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
 from .audit_chain import ChainVerdict, format_ts, parse_ts
-from ..errors import (ConflictError, IntegrityError, NotAuthenticatedError, NotFoundError,
+from ..errors import (NotAuthenticatedError, NotFoundError,
                       SignatureError, UsageError)
 from ..format.manifest import stored_blobs
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
@@ -46,7 +46,7 @@ from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
 from .engine import GC_LOCK_KEY, advisory_lock, in_batches, make_engine, run_transaction
-from .orm import (STATUSES, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
+from .orm import (STATUSES, FOR_MODEL, UPLOADED, AliasRow, AuditEventRow, ModelRow, PendingPushRow, SignatureRow,
                   TokenRow, VersionBlobRow, VersionPackRow, VersionRow, db_clock, json_text, now_text)
 from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
                       ModelRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
@@ -174,8 +174,10 @@ class SqlMetadataStore:
                 packs: PackIndex | None = None) -> tuple[VersionRecord, bool]:
         """Insert a version (next number) with its blobs, lineage, signatures and aliases.
 
-        ``lineage`` items are LineageEdge records or mappings with the same keys; parent edges
-        must name versions already in the registry. ``signatures`` are SignatureRecords or
+        ``lineage`` items are LineageEdge records or mappings with the same keys; a parent edge
+        must be a version of the model its value names with its digest, of a model ``identity``
+        may pull (``writes.check_parents``: NotFoundError otherwise); it is stored as
+        ``name@number``. ``signatures`` are SignatureRecords or
         ``signatures.json`` entries. ``build`` and ``environment`` (python/torch/CUDA of the
         publisher) are informational JSON. ``claim`` (from :meth:`begin_pending`) must still
         exist, else ConflictError: gc reaped it because the push stalled past its heartbeat and
@@ -219,10 +221,7 @@ class SqlMetadataStore:
         def work(s: Session) -> tuple[VersionRecord, bool]:
             _gc_lock(s)  # before any row lock: the order every writer takes them in
             if claim is not None and s.get(PendingPushRow, claim) is None:
-                raise ConflictError(
-                    f"push of {name} ({digest}) lost its pending-push claim: gc reaped it "
-                    f"because the push stalled past its heartbeat; nothing was recorded",
-                    hint="push again (it uploads whatever gc deleted)")
+                raise writes.lost_claim_error(name, digest)
             model = writes.lock_model_for_publish(s, name)
             row = s.scalars(select(VersionRow).where(VersionRow.model_id == model.id,
                                                      VersionRow.digest == digest)).one_or_none()
@@ -230,23 +229,21 @@ class SqlMetadataStore:
             if row is None and missing_blobs is not None:
                 missing = missing_blobs(sorted(blob_sizes))
                 if missing:
-                    raise IntegrityError(
-                        f"cannot publish {name} ({digest}): {len(missing)} of its blobs are "
-                        f"missing from the blob store, first {missing[0]}; nothing was recorded",
-                        hint="push again (it uploads them)")
+                    raise writes.missing_blobs_error(name, digest, missing)
             if row is None:
-                writes.check_parents(s, edges)
+                linked = writes.check_parents(s, edges, identity)
                 row = writes.insert_version(
                     s, model, digest=digest, manifest_json=manifest_json, size=size,
-                    blobs=blob_sizes, edges=edges, metadata_json=metadata_json,
+                    blobs=blob_sizes, edges=linked, metadata_json=metadata_json,
                     build_json=build_json, environment_json=environment_json, actor=actor, packs=index)
                 # the chain covers who published it, its metadata and its lineage too
                 audit_log.append_event(s, "publish", actor=actor, host=host, model=name,
                                        number=row.number, digest=digest, ref=ref_for_audit,
                                        details={"size": size, "blobs": len(blob_sizes),
                                                 "fields": writes.fields_hash(
-                                                    actor, metadata_json, edges)},
+                                                    actor, metadata_json, linked)},
                                        extra=extra)
+            writes.check_claimed_versions(sigs, name, row.number)
             writes.add_signatures(s, row, name, sigs, actor=actor, host=host,
                                   audit=not created, extra=extra)
             for alias in alias_names:
@@ -346,6 +343,27 @@ class SqlMetadataStore:
                 .order_by(SignatureRow.id))]
 
         return self._read(work)
+
+    def add_signature(self, name: str, number: int, signature: Mapping[str, Any], *, actor: str, host: str,
+                      audit_details: Mapping[str, Any] | None = None) -> SignatureRecord:
+        """Record a signature of ``name@number`` (``pt2reg sign``): a well-formed entry over the
+        version's digest (``format.signing.check_signature_entries``), audited as ``sign``; a
+        statement signature replaces a legacy one by the same key. Returns the stored record."""
+        from ..format.signing import check_signature_entries
+
+        extra = _audit_details(audit_details)
+
+        def work(s: Session) -> SignatureRecord:
+            row = self._version(s, self._model(s, validate_name(name)), number)
+            (entry,) = check_signature_entries(row.digest, [dict(signature)])
+            writes.check_claimed_versions(writes.signatures_input([entry], row.digest), name, number)
+            writes.add_signatures(s, row, name, writes.signatures_input([entry], row.digest), actor=actor,
+                                  host=host, audit=True, extra=extra)
+            stored = s.scalars(select(SignatureRow).where(SignatureRow.version_id == row.id,
+                                                          SignatureRow.key_id == entry["key_id"])).one()
+            return stored.to_record(row.digest)
+
+        return self._write(work)
 
     def list_models(self) -> list[ModelRecord]:
         """Every model with its version count, highest number and aliases, by name.
@@ -569,7 +587,8 @@ class SqlMetadataStore:
 
     def verify_version_contents(self) -> ChainVerdict | None:
         """None when every stored manifest hashes to its version's digest and each version's
-        blob records are what its manifest needs; else a failed verdict naming the version."""
+        size, metadata and blob records are what its manifest says; else a failed verdict
+        naming the version."""
         return self._read(audit_log.verify_contents)
 
     def verify_audit_chain(self) -> ChainVerdict:
@@ -629,20 +648,22 @@ class SqlMetadataStore:
 
     def begin_pending(self, blobs: Iterable[str], host: str, pid: int, *, name: str | None = None) -> int:
         """Claim blobs a publish is uploading, so gc spares them; returns the claim id.
-        ``name`` (the model being pushed) is for a server's permission check; a claim is about
-        blobs only, so it is not recorded.
+        ``name``: the model being pushed, recorded with the claim (``PendingPush.model``: a
+        server lets tokens that may push or pull it use the blobs the claim uploaded).
 
         For example (``store`` an open ``SqlMetadataStore``)::
 
             claim = store.begin_pending(["sha256:cdcd..."], "gpu-1", 4242)
         """
-        digests = sorted({validate_digest(d) for d in blobs})
+        entries = sorted({validate_digest(d) for d in blobs})
+        if name is not None:
+            entries.append(FOR_MODEL + validate_name(name))
 
         def work(s: Session) -> int:
             _gc_lock(s)  # a gc sweep either sees this claim or has finished deleting
             now = now_text(s)
             row = PendingPushRow(host=host, pid=pid, started_at=now, heartbeat_at=now,
-                                 blobs_json=json_text(digests, "blobs"))
+                                 blobs_json=json_text(entries, "blobs"))
             s.add(row)
             s.flush()
             return row.id
@@ -667,6 +688,31 @@ class SqlMetadataStore:
                 return False
             row.blobs_json = json_text(sorted(digests | set(json.loads(row.blobs_json))), "blobs")
             return True
+
+        return self._write(work)
+
+    def record_upload(self, digest: str, *, host_prefix: str) -> list[int]:
+        """Note that the holder of the claims whose host starts with ``host_prefix`` (a server's
+        claims of one token) sent the bytes of ``digest``, in each of them that claims it;
+        returns their ids. A server over a local directory calls this once the bytes arrived and
+        matched (see ``registry.server.ownership``).
+
+        For example (``store`` an open ``SqlMetadataStore``)::
+
+            store.record_upload("sha256:cdcd...", host_prefix="remote:t7:")   # -> [3]
+        """
+        validate_digest(digest)
+
+        def work(s: Session) -> list[int]:
+            _gc_lock(s)
+            marked = []
+            for row in s.scalars(select(PendingPushRow).where(
+                    PendingPushRow.host.startswith(host_prefix, autoescape=True))):
+                entries = json.loads(row.blobs_json)
+                if digest in entries and UPLOADED + digest not in entries:
+                    row.blobs_json = json_text(sorted([*entries, UPLOADED + digest]), "blobs")
+                    marked.append(row.id)
+            return marked
 
         return self._write(work)
 

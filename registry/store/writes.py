@@ -5,6 +5,7 @@ retried transaction never re-validates and a bad argument never touches the data
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable, Mapping
 
 from sqlalchemy import func, select
@@ -13,16 +14,17 @@ from sqlalchemy.orm import Session
 from . import governance
 from .audit_chain import version_fields_hash
 from ..access.scopes import Identity
-from ..errors import ConflictError, NotFoundError, UsageError
+from ..errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from ..format.packs import PackIndex
-from ..refs import validate_digest
+from ..refs import Ref, validate_digest
 from .audit_log import append_event
 from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, SignatureRow, VersionBlobRow, VersionPackRow,
                   VersionRow, json_text, now_text)
 from .records import LineageEdge, SignatureRecord
 
 __all__ = ["lineage_input", "blobs_input", "signatures_input", "lock_model_for_publish",
-           "check_parents", "insert_version", "add_signatures", "point_alias", "fields_hash"]
+           "check_parents", "parent_not_found", "missing_blobs_error", "lost_claim_error", "insert_version",
+           "add_signatures", "point_alias", "fields_hash"]
 
 
 def _edge(item: LineageEdge | Mapping | tuple) -> LineageEdge:
@@ -84,6 +86,23 @@ def signatures_input(items: Iterable[SignatureRecord | Mapping | tuple], digest:
     return sigs
 
 
+def check_claimed_versions(sigs: Iterable[SignatureRecord], name: str, number: int) -> None:
+    """ConflictError (exit 6, nothing recorded) when a statement signature names this model
+    but another version than ``number`` (it was made for the version a publish expected, and
+    another publish took that number meanwhile): the signer pushes again. Statements naming
+    other models (a bundle re-published under a new name) are kept: they vouch for nothing here."""
+    from ..format.oms import claimed
+
+    for sig in sigs:
+        if sig.algorithm != "oms-v1":
+            continue
+        model, version = claimed(sig.signature)
+        if model == name and version is not None and version != number:
+            raise ConflictError(f"the signature by {sig.key_id[:19]}... names {name}@{version}, but this is "
+                                f"{name}@{number}: another version was published meanwhile",
+                                hint="push again (the signature is made for the number the version gets)")
+
+
 def lock_model_for_publish(session: Session, name: str) -> ModelRow:
     """The model row, created if missing, locked until commit (PostgreSQL row lock; SQLite's
     write transaction already excludes other writers)."""
@@ -103,17 +122,60 @@ def lock_model_for_publish(session: Session, name: str) -> ModelRow:
     return row
 
 
-def check_parents(session: Session, edges: list[LineageEdge]) -> None:
-    """NotFoundError unless every parent edge's digest is a version in this registry."""
-    wanted = {e.digest: e.value for e in edges if e.kind == "parent"}
-    if not wanted:
-        return
-    known = set(session.scalars(select(VersionRow.digest)
-                                .where(VersionRow.digest.in_(list(wanted)))))
-    for digest, value in wanted.items():
-        if digest not in known:
-            raise NotFoundError(f"parent {value} ({digest}) is not in this registry",
-                                what="digest")
+def check_parents(session: Session, edges: list[LineageEdge], identity: Identity | None = None) -> list[LineageEdge]:
+    """``edges`` with each parent linked to the version it is stored for: the version of the
+    model its value names (a ref; its model part counts) whose digest is the edge's, its value
+    written ``name@number``. The digest is what the graph links by, so it is what is checked:
+    a parent that is not such a version of a model ``identity`` may pull (None: direct access,
+    every model) is ``parent_not_found``, one answer whether the digest exists elsewhere or
+    nowhere, so naming a guessed digest never tells that a hidden model holds it."""
+    parents = [e for e in edges if e.kind == "parent"]
+    if not parents:
+        return edges
+    found = {(digest, name): number for digest, name, number in session.execute(
+        select(VersionRow.digest, ModelRow.name, VersionRow.number)
+        .join(ModelRow, ModelRow.id == VersionRow.model_id)
+        .where(VersionRow.digest.in_(sorted({e.digest for e in parents if e.digest}))))}
+    linked = []
+    for edge in edges:
+        if edge.kind == "parent":
+            edge = _linked_parent(edge, found, identity)
+        linked.append(edge)
+    return lineage_input(linked)
+
+
+def _linked_parent(edge: LineageEdge, found: Mapping[tuple[str, str], int], identity: Identity | None) -> LineageEdge:
+    try:
+        ref = Ref.parse(edge.value)
+    except UsageError:
+        raise parent_not_found(edge) from None
+    number = found.get((edge.digest or "", ref.name))
+    if (number is None or (identity is not None and not identity.allows("pull", ref.name))
+            or ref.version not in (None, number) or ref.digest not in (None, edge.digest)):
+        raise parent_not_found(edge)
+    return dataclasses.replace(edge, value=f"{ref.name}@{number}")
+
+
+def parent_not_found(edge: LineageEdge) -> NotFoundError:
+    """The one answer for a parent that is not a version the caller may pull: its text holds
+    only what the caller sent."""
+    return NotFoundError(f"parent {edge.value} ({edge.digest}) is not in this registry", what="digest")
+
+
+def missing_blobs_error(name: str, digest: str, missing: list[str]) -> IntegrityError:
+    """The one answer for a publish naming blobs the store lacks, or holds for someone else
+    (``registry.server.ownership``): the caller cannot tell which."""
+    return IntegrityError(f"cannot publish {name} ({digest}): {len(missing)} of its blobs are missing from "
+                          f"the blob store, first {missing[0]}; nothing was recorded",
+                          hint="push again (it uploads them)")
+
+
+def lost_claim_error(name: str, digest: str) -> ConflictError:
+    """The answer for a publish whose pending-push claim is gone (or, to a server's client, is
+    not its own)."""
+    return ConflictError(f"push of {name} ({digest}) lost its pending-push claim: gc reaped it "
+                         f"because the push stalled past its heartbeat; nothing was recorded",
+                         hint="push again (it uploads whatever gc deleted)")
 
 
 def insert_version(session: Session, model: ModelRow, *, digest: str, manifest_json: str,
@@ -152,19 +214,26 @@ def add_signatures(session: Session, row: VersionRow, name: str, sigs: list[Sign
                    *, actor: str, host: str, audit: bool,
                    extra: Mapping[str, Any] | None = None) -> None:
     """Add signatures by keys not yet recorded; ``audit`` a ``sign`` event for each (used when
-    signing an existing version; a new version's publish event covers its signatures)."""
-    have = set(session.scalars(select(SignatureRow.key_id)
-                               .where(SignatureRow.version_id == row.id)))
+    signing an existing version; a new version's publish event covers its signatures). A
+    statement signature (``oms-v1``) replaces a legacy bare-digest one by the same key (one
+    signature per key and version); any other signature by a key already recorded is left out."""
+    have = {r.key_id: r for r in session.scalars(select(SignatureRow).where(SignatureRow.version_id == row.id))}
     for sig in sigs:
-        if sig.key_id in have:
+        old = have.get(sig.key_id)
+        if old is not None and not (sig.algorithm == "oms-v1" and old.algorithm != "oms-v1"):
             continue
-        have.add(sig.key_id)
-        session.add(SignatureRow(version_id=row.id, key_id=sig.key_id, algorithm=sig.algorithm,
-                                 signature=sig.signature, created_at=now_text(session)))
+        replaced = old.algorithm if old is not None else None
+        if old is not None:
+            old.algorithm, old.signature, old.created_at = sig.algorithm, sig.signature, now_text(session)
+        else:
+            have[sig.key_id] = SignatureRow(version_id=row.id, key_id=sig.key_id, algorithm=sig.algorithm,
+                                            signature=sig.signature, created_at=now_text(session))
+            session.add(have[sig.key_id])
         if audit:
             append_event(session, "sign", actor=actor, host=host, model=name,
                          number=row.number, digest=row.digest,
-                         details={"key_id": sig.key_id, "algorithm": sig.algorithm},
+                         details={"key_id": sig.key_id, "algorithm": sig.algorithm,
+                                  **({"replaced": replaced} if replaced else {})},
                          extra=extra)
 
 

@@ -271,7 +271,7 @@ def test_read_range_through_a_real_server(reg_env, monkeypatch):
         mdigest = "sha256:" + hashlib.sha256(manifest).hexdigest()
         assert store.put_bytes(data, digest) is True and store.put_bytes(manifest, mdigest) is True
         store.client.post_json("/v1/publish", {
-            "name": "team/packs", "digest": mdigest, "manifest_json": manifest.decode(), "size": len(data),
+            "name": "team/packs", "digest": mdigest, "manifest_json": manifest.decode(), "size": len(data) + len(manifest),
             "blobs": [[digest, len(data)], [mdigest, len(manifest)]], "host": "ci"})
         seen: list[tuple[str, str | None, int]] = []   # (route, Range, status)
         real_send, real_presigned = store.client.send, store._get_presigned

@@ -45,11 +45,14 @@ class Server:
         return self.client.request(method, path, headers=headers, **kwargs)
 
     def publish(self, token: str, name: str, payload: bytes = b"weights" * 100, **extra: Any):
-        """Upload a one-member version's blobs as a client would, then publish it."""
+        """Upload a one-member version's blobs as a client would (claim them, upload what the
+        server asks for), then publish it under the claim and end the claim."""
         member = _digest(payload)
         manifest = manifest_text(member, len(payload), salt=name)
         mdigest = _digest(manifest.encode())
         blobs = {member: payload, mdigest: manifest.encode()}
+        claimed = self.call("POST", "/v1/pending", token, json={"blobs": list(blobs), "pid": 1})
+        claim = claimed.json()["id"] if claimed.status_code == 200 else None
         plan = self.call("POST", "/v1/blobs/upload", token,
                          json={"blobs": [{"digest": d, "size": len(b)} for d, b in blobs.items()]})
         assert plan.status_code == 200, plan.text
@@ -58,9 +61,12 @@ class Server:
             put = self.call("PUT", f"/v1/blobs/{item['digest']}", token,
                             content=blobs[item["digest"]])
             assert put.status_code == 200, put.text
-        body = {"name": name, "digest": mdigest, "manifest_json": manifest, "size": len(payload),
-                "blobs": [[d, len(b)] for d, b in blobs.items()], "host": "gpu-7", **extra}
-        return self.call("POST", "/v1/publish", token, json=body), member, mdigest
+        body = {"name": name, "digest": mdigest, "manifest_json": manifest, "size": len(payload) + len(manifest),
+                "blobs": [[d, len(b)] for d, b in blobs.items()], "host": "gpu-7", "claim": claim, **extra}
+        published = self.call("POST", "/v1/publish", token, json=body)
+        if claim is not None:
+            self.call("DELETE", f"/v1/pending/{claim}", token)
+        return published, member, mdigest
 
 
 @contextlib.contextmanager
@@ -142,7 +148,7 @@ def test_publish_refuses_missing_or_wrong_blobs(server: Server) -> None:
     payload = b"abc" * 10
     manifest = manifest_text(_digest(payload), 30)
     body = {"name": "m", "digest": _digest(manifest.encode()), "manifest_json": manifest,
-            "size": 30, "blobs": [[_digest(payload), 30]]}
+            "size": 30 + len(manifest), "blobs": [[_digest(payload), 30]]}
     missing = server.call("POST", "/v1/publish", pusher, json=body)
     assert missing.status_code == 422 and "missing from the blob store" in _error(missing)["message"]
     wrong = server.call("PUT", f"/v1/blobs/{_digest(payload)}", pusher, content=b"abd" * 10)
@@ -225,11 +231,11 @@ def test_team_glob_does_not_reach_team2_or_nested(server: Server) -> None:
         status = server.call("POST", "/v1/status", team,
                              json={"name": name, "number": 1, "status": "yanked", "reason": "x"})
         assert status.status_code == 403
-        # their blobs are not readable either, even by digest
+        # their blobs are not readable either, even by digest: 404, as for a blob no one stored
         mdigest = server.call("GET", "/v1/resolve", admin, params={"ref": f"{name}@1"}).json()["digest"]
-        assert server.call("GET", f"/v1/blobs/{mdigest}", team).status_code == 403
+        assert server.call("GET", f"/v1/blobs/{mdigest}", team).status_code == 404
         assert server.call("POST", "/v1/blobs/download", team,
-                           json={"digests": [mdigest]}).status_code == 403
+                           json={"digests": [mdigest]}).status_code == 404
     assert server.call("GET", "/v1/versions", team, params={"name": "team/a"}).status_code == 200
     twice = server.call("GET", "/v1/versions?name=team/a&name=team2/x", team)
     assert twice.status_code == 400 and "repeated" in _error(twice)["message"]
@@ -254,10 +260,10 @@ def test_lineage_redacts_models_the_token_cannot_pull(server: Server) -> None:
     assert hidden[7:] not in json.dumps(nodes)  # its content address is not shown either
     again = server.call("GET", "/v1/lineage", team, params={"name": "team/child", "number": 1}).json()["nodes"]
     assert nodes[1]["digest"].startswith("restricted:") and again[1]["digest"] == nodes[1]["digest"]
-    # naming a parent you cannot read is refused at publish
+    # naming a parent you cannot read is refused at publish, as one that does not exist is
     refused = server.publish(team, "team/other", payload=b"other" * 10,
-                             lineage=[{"kind": "parent", "value": "secret/base@1"}])[0]
-    assert refused.status_code == 403 and _error(refused)["scope"] == "model:secret/base:pull"
+                             lineage=[{"kind": "parent", "value": "secret/base@1", "digest": hidden}])[0]
+    assert refused.status_code == 404 and "is not in this registry" in _error(refused)["message"]
 
 
 def test_range_reads(server: Server) -> None:

@@ -133,23 +133,25 @@ def test_foreign_blobs_cannot_be_read_or_adopted(srv: Server):
     r, member, mdigest = srv.publish(owner, "team/a", SECRET)
     assert r.status_code == 200
     eve = srv.token("model:team2/*:pull,push", owner="eve")
-    for method in ("GET", "HEAD"):
-        assert srv.call(method, f"/v1/blobs/{member}", srv.token("model:team2/*:pull")).status_code == 403
+    for method in ("GET", "HEAD"):  # 404, as for a blob nobody stored
+        assert srv.call(method, f"/v1/blobs/{member}", srv.token("model:team2/*:pull")).status_code == 404
     err = _error(srv.call("POST", "/v1/blobs/download", eve, json={"digests": [member]}))
-    assert err["exit_code"] == 7 and "team/a" not in err["message"]
+    assert err["exit_code"] == 3 and "team/a" not in err["message"]
     # a manifest that merely names team/a's blob must not make it team2's
     manifest = manifest_text(member, len(SECRET), salt="x")
     digest = _digest(manifest.encode())
+    body = {"name": "team2/x", "digest": digest, "manifest_json": manifest, "size": len(SECRET) + len(manifest)}
+    claim = srv.call("POST", "/v1/pending", eve, json={"blobs": [member, digest], "pid": 1}).json()["id"]
     assert srv.call("PUT", f"/v1/blobs/{digest}", eve, content=manifest.encode()).status_code == 200
-    r = srv.call("POST", "/v1/publish", eve, json={"name": "team2/x", "digest": digest,
-                                                    "manifest_json": manifest, "size": len(SECRET),
-                                                    "blobs": []})
-    assert r.status_code == 403 and member in _error(r)["message"], r.text
-    assert srv.call("GET", f"/v1/blobs/{member}", eve).status_code == 403
-    # a token that may pull team/a may reuse its blobs (dedup across a team's models)
+    r = srv.call("POST", "/v1/publish", eve, json={**body, "blobs": [], "claim": claim})
+    assert r.status_code == 422 and member in _error(r)["message"] and "missing" in _error(r)["message"], r.text
+    assert srv.call("GET", f"/v1/blobs/{member}", eve).status_code == 404
+    # a token that may pull team/a may reuse its blobs (dedup across a team's models); the
+    # manifest it uploads itself (eve's upload is eve's)
     both = srv.token("model:team/*:pull", "model:team2/*:push")
-    r = srv.call("POST", "/v1/publish", both, json={"name": "team2/x", "digest": digest,
-                                                     "manifest_json": manifest, "size": len(SECRET)})
+    claim = srv.call("POST", "/v1/pending", both, json={"blobs": [member, digest], "pid": 1}).json()["id"]
+    assert srv.call("PUT", f"/v1/blobs/{digest}", both, content=manifest.encode()).status_code == 200
+    r = srv.call("POST", "/v1/publish", both, json={**body, "claim": claim})
     assert r.status_code == 200, r.text
 
 
@@ -161,7 +163,7 @@ def test_forged_publishes_are_refused(srv: Server):
     srv.call("PUT", f"/v1/blobs/{digest}", token, content=manifest.encode())
 
     def publish(**body: Any):
-        base = {"name": "team/a", "digest": digest, "manifest_json": manifest, "size": len(payload)}
+        base = {"name": "team/a", "digest": digest, "manifest_json": manifest, "size": len(payload) + len(manifest)}
         return srv.call("POST", "/v1/publish", token, json={**base, **body})
 
     # the blob list leaves out the member that was never uploaded: the server derives it anyway
@@ -186,7 +188,7 @@ def test_forged_publishes_are_refused(srv: Server):
     assert "\n" not in err["message"] and err["exit_code"] == 5
     # a size that lies about a blob the manifest names
     r = publish(blobs=[[digest, len(manifest) + 1]])
-    assert r.status_code == 400, r.text
+    assert r.status_code == 422 and "field 'blobs'" in _error(r)["message"], r.text
     # bytes that do not match their digest, and a Content-Length that lies
     d = _digest(b"hello")
     assert srv.call("PUT", f"/v1/blobs/{d}", token, content=b"hellX").status_code == 422

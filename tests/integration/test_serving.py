@@ -239,17 +239,19 @@ def server(home, tmp_path):
 
 
 def _materialize(server_url: str, token: str, *args, cwd: Path) -> subprocess.CompletedProcess:
-    host = server_url.removeprefix("http://")
-    # only the token in its environment, as in a KServe storage initializer
-    return subprocess.run([sys.executable, "-m", "registry.cli", "materialize", f"pt2reg://{host}/demo/m@2", *args],
-                          cwd=ROOT, env={"PT2REG_TOKEN": token}, capture_output=True, text=True, timeout=300)
+    # only the registry's URL and the token in its environment, as in a KServe storage
+    # initializer (deploy/kserve): the URI names the model and version only
+    return subprocess.run([sys.executable, "-m", "registry.cli", "materialize", "pt2reg:///demo/m@2", *args],
+                          cwd=ROOT, env={"PT2REG_TOKEN": token, "PT2REG_URL": server_url}, capture_output=True,
+                          text=True, timeout=300)
 
 
 def _materialize_here(server_url: str, token: str, *args):
-    """The same in this process (no python + torch start): for the refusals."""
+    """The same in this process (no python + torch start): for the refusals; the URI names the
+    configured registry's host, which is the same registry."""
     host = server_url.removeprefix("http://")
     return run_in_process("materialize", f"pt2reg://{host}/demo/m@2", *args,
-                          env={"PT2REG_TOKEN": token, "PT2REG_HOME": None, "PT2REG_URL": None})
+                          env={"PT2REG_TOKEN": token, "PT2REG_HOME": None, "PT2REG_URL": server_url})
 
 
 def test_materialize_from_a_running_server(server, home, tmp_path):

@@ -27,7 +27,7 @@ def test_signed_version_verifies_and_unsigned_is_refused(reg_env, bundles, tmp_p
     r = reg_env.cli("pull", "m@1", "-o", str(out), "--require-signature", str(tmp_path / "ci.pub"))
     assert r.returncode == 0, r.stderr
     sigs = BundleFile.open(out).signatures
-    assert len(sigs) == 1 and sigs[0]["algorithm"] == "ed25519"
+    assert len(sigs) == 1 and sigs[0]["algorithm"] == "oms-v1"  # a statement naming m@1
     # any one of several keys suffices
     r = reg_env.cli("pull", "m@1", "-o", str(out), "--require-signature", str(tmp_path / "other.pub"),
                     "--require-signature", str(tmp_path / "ci.pub"))
@@ -62,7 +62,7 @@ def test_python_api_signing(tmp_path, bundles):
     reg = Registry(Settings.resolve(home=str(tmp_path / "home")))
     reg.push(bundles["ed"], "api", sign_key=key, detect_git=False)
     src = reg.materialize("api@1")
-    assert src.signatures and src.signatures[0]["algorithm"] == "ed25519"
+    assert src.signatures and src.signatures[0]["algorithm"] == "oms-v1"
     model = load(bundles["ed"], require_signature=[], cache_dir=tmp_path / "c")
     assert "encoder" in model
     with pytest.raises(SignatureError):

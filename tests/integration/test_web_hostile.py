@@ -78,9 +78,14 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield c
 
 
+#: what a browser sends with the login form of the TestClient's own origin (``pages.origin``)
+SAME_ORIGIN = {"Origin": "http://testserver"}
+
+
 def _login(client: Any, who: str) -> None:
     client.cookies.clear()
-    r = client.post("/login", data={"token": client.tokens[who], "next": "/"}, follow_redirects=False)
+    r = client.post("/login", data={"token": client.tokens[who], "next": "/"}, headers=SAME_ORIGIN,
+                    follow_redirects=False)
     assert r.status_code == 303
 
 
@@ -143,7 +148,8 @@ def test_revoked_token_cookie_is_refused_at_once(client: Any) -> None:
                                     "javascript:alert(1)", " /x", "///evil.example"])
 def test_login_is_no_open_redirect(client: Any, target: str) -> None:
     client.cookies.clear()
-    r = client.post("/login", data={"token": client.tokens["team"], "next": target}, follow_redirects=False)
+    r = client.post("/login", data={"token": client.tokens["team"], "next": target}, headers=SAME_ORIGIN,
+                    follow_redirects=False)
     location = r.headers["location"]
     assert location.startswith("/") and not location.startswith("//") and "\\" not in location, (target, location)
     assert not re.match(r"/[\t\n\r ]*/", location), location
@@ -159,5 +165,6 @@ def test_cross_site_login_and_proxy_tls(client: Any) -> None:
                     headers={"Sec-Fetch-Site": "cross-site"}, follow_redirects=False)
     assert r.status_code == 403 and "set-cookie" not in r.headers
     r = client.post("/login", data={"token": client.tokens["team"], "next": "/"},
-                    headers={"X-Forwarded-Proto": "https", "Sec-Fetch-Site": "same-origin"}, follow_redirects=False)
+                    headers={"X-Forwarded-Proto": "https", "Sec-Fetch-Site": "same-origin",
+                             "Origin": "https://testserver"}, follow_redirects=False)
     assert r.status_code == 303 and "secure" in r.headers["set-cookie"].lower()

@@ -57,7 +57,7 @@ def _version(name: str, payload: bytes) -> tuple[dict[str, bytes], dict[str, Any
     manifest = manifest_text(member, len(payload))
     blobs = {member: payload, _digest(manifest.encode()): manifest.encode()}
     body = {"name": name, "digest": _digest(manifest.encode()), "manifest_json": manifest,
-            "size": len(payload), "blobs": [[d, len(b)] for d, b in blobs.items()], "host": "gpu"}
+            "size": len(payload) + len(manifest), "blobs": [[d, len(b)] for d, b in blobs.items()], "host": "gpu"}
     return blobs, body
 
 
@@ -78,7 +78,9 @@ def test_presigned_upload_and_download_skip_the_server(moto_server_app, caplog) 
         assert url.path.endswith(item["digest"][7:])  # one object
         assert item["headers"] == {"x-amz-checksum-sha256": app.state.registry.blobs
                                    .full_object_checksum(item["digest"]),
-                                   "x-amz-sdk-checksum-algorithm": "SHA256"}
+                                   "x-amz-sdk-checksum-algorithm": "SHA256",
+                                   "x-amz-meta-pt2reg-uploader": "t1"}  # the admin token's upload
+        assert "x-amz-meta-pt2reg-uploader" in signed
         # the client's token never goes to S3: a plain PUT with the listed headers
         put = httpx.put(item["url"], content=blobs[item["digest"]], headers=item["headers"])
         assert put.status_code == 200, put.text

@@ -90,10 +90,14 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield c
 
 
+#: what a browser sends with the login form of the TestClient's own origin (``pages.origin``)
+SAME_ORIGIN = {"Origin": "http://testserver"}
+
+
 def _login(client: Any, who: str) -> Any:
     client.cookies.clear()
     return client.post("/login", data={"token": client.tokens[who], "next": "/model?name=team/m"},
-                       follow_redirects=False)
+                       headers=SAME_ORIGIN, follow_redirects=False)
 
 
 def test_login_sets_an_httponly_strict_cookie_and_redirects_only_locally(client: Any) -> None:
@@ -103,10 +107,11 @@ def test_login_sets_an_httponly_strict_cookie_and_redirects_only_locally(client:
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     for target in ("https://evil.example/", "//evil.example/x", "/\\\\evil.example"):
         client.cookies.clear()
-        r = client.post("/login", data={"token": client.tokens["admin"], "next": target}, follow_redirects=False)
+        r = client.post("/login", data={"token": client.tokens["admin"], "next": target}, headers=SAME_ORIGIN,
+                        follow_redirects=False)
         assert r.headers["location"] == "/", target
     client.cookies.clear()
-    r = client.post("/login", data={"token": "pt2r_" + "x" * 43}, follow_redirects=False)
+    r = client.post("/login", data={"token": "pt2r_" + "x" * 43}, headers=SAME_ORIGIN, follow_redirects=False)
     assert r.status_code == 401 and "set-cookie" not in r.headers
     assert client.get("/", follow_redirects=False).headers["location"] == "/login?next=%2F"
 

@@ -4,7 +4,8 @@ Every page declares its permission at the one choke point (``registry.server.aut
 ``page*``/``on_page`` dependencies, authenticated by the session cookie), so a page about a
 model the token may not pull is a 403 before anything is read, and lists show only what the
 token may pull. The login form takes a token and hands it back as an HttpOnly, SameSite=Strict
-cookie: the server keeps no session, so any replica serves any page.
+cookie: the server keeps no session, so any replica serves any page. Login and logout accept a
+POST only from the registry's own pages (``origin``: a same-origin ``Origin`` or ``Referer``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..routes import redacted_node
 from ..state import ServerState
 from .compare import compare_manifests
 from .lineage import layout
+from .origin import foreign_post, own_origin
 from .render import render
 
 __all__ = ["router", "PAGE_PATHS", "error_page"]
@@ -40,10 +42,12 @@ def server_state(request: Request) -> ServerState:
     return request.app.state.registry
 
 
-#: every page: no framing (clickjacking), no MIME sniffing, no referrer (page URLs carry model
-#: names), no caching by shared proxies (pages show what one token may see), and a CSP that only
-#: runs the pages' own inline script/style and loads nothing from elsewhere
-PAGE_HEADERS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+#: every page: no framing (clickjacking), no MIME sniffing, no referrer to other sites (page URLs
+#: carry model names; within the registry the browser sends it, and a real Origin on the login
+#: and logout forms: under "no-referrer" it would send "Origin: null", see ``origin``), no caching
+#: by shared proxies (pages show what one token may see), and a CSP that only runs the pages' own
+#: inline script/style and loads nothing from elsewhere
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
                 "Cache-Control": "no-store, private",
                 "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                                            "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
@@ -74,13 +78,20 @@ def login_form(request: Request, next: str = "/", call: Call = public()) -> Resp
     return _page(request, "login.html", None, next=_safe_next(next), error=None)
 
 
+def _foreign_post(request: Request) -> str | None:
+    """Why this form POST is not from the registry's own pages (``origin``), None if it is."""
+    own = own_origin(server_state(request).public_url, request.url.scheme, request.headers)
+    return foreign_post(own, request.headers)
+
+
 @router.post("/login")
 async def login(request: Request, call: Call = public()) -> Response:
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")[:8192]).items()}
     target = _safe_next(form.get("next"))
-    if request.headers.get("sec-fetch-site") == "cross-site":  # login CSRF: another site logging a browser in
+    why = _foreign_post(request)
+    if why is not None:  # login CSRF: another page logging this browser in as someone else
         return _page(request, "login.html", None, status=403, next=target,
-                     error="log in from this registry's own page")
+                     error=f"refused: log in from this registry's own login page ({why})")
     secret = (form.get("token") or "").strip()
     state = server_state(request)
     try:
@@ -104,6 +115,11 @@ async def login(request: Request, call: Call = public()) -> Response:
 
 @router.post("/logout")
 def logout(request: Request, call: Call = public()) -> Response:
+    why = _foreign_post(request)
+    if why is not None:  # another page logging this browser out: the cookie stays
+        return _html(render("error.html", who=None, path=request.url.path, title="Not permitted", status=403,
+                            message=f"refused: log out from this registry's own pages ({why})",
+                            hint="use the Log out button of a registry page"), 403)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response
