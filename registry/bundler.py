@@ -78,13 +78,22 @@ def _check_ident(name: str, what: str) -> str:
 
 
 def aoti_target(meta: Mapping[str, str]) -> AotiTarget:
-    """The variant's target from the package's AOTI_* metadata (every key written, None or not)."""
+    """The variant's target from the package's AOTI_* metadata (every key written, None or
+    not), with the torch that compiled it and its C++ ABI: the package's own record where it
+    has one (``pt2reg compile`` writes ``PT2REG_TORCH``/``PT2REG_CXX11_ABI``), else this
+    process's torch, the one bundling it (an AOTInductor package is compiled by the torch that
+    runs it; the runtime's must be the same major.minor)."""
+    from .runtime.torchrt import cxx11_abi, environment
+
+    abi_text = meta.get("PT2REG_CXX11_ABI")
     return evolve(AotiTarget(present=frozenset()),
                   device_key=meta.get("AOTI_DEVICE_KEY", "cpu") or "cpu",
                   compute_capability=meta.get("AOTI_COMPUTE_CAPABILITY") or None,
                   platform=meta.get("AOTI_PLATFORM") or None,
                   machine=meta.get("AOTI_MACHINE") or None,
-                  cpu_isa=meta.get("AOTI_CPU_ISA") or None)
+                  cpu_isa=meta.get("AOTI_CPU_ISA") or None,
+                  torch_version=meta.get("PT2REG_TORCH") or environment().get("torch"),
+                  cxx11_abi=(abi_text == "1") if abi_text in ("0", "1") else cxx11_abi())
 
 
 def aoti_variant_id(target: AotiTarget) -> str:
@@ -188,12 +197,15 @@ class _Builder:
                                  hint="give an AOTInductor package the same name to add it as a variant")
             member = self.add_file(f"programs/{name}.pt2", norm, "program", ranges=ranges)
             self.vetted[member] = ("exported_program", pickled_of(archive))
-            from .runtime.torchrt import op_schema
+            from .runtime.torchrt import op_schema, torch
+
+            torch()  # the schemas of the operators it calls are this torch's registrations
 
             # the reader's description (JSON values) with the variants it lacks, then typed
             desc = ProgramSpec.from_json(name, {**archive.programs[inner_name], "variants": [
                 Variant("portable", "exported_program", member, inner_name).to_json()]})
             desc = evolve(desc, required_ops=tuple(evolve(op, schema=op_schema(op.target)) for op in desc.required_ops),
+                          operators=tuple(evolve(op, schema=op_schema(op.target)) for op in desc.operators),
                           serialization=evolve(desc.serialization, archive_version=archive.archive_version))
             self.programs[name] = desc
             self.normalized[name] = (norm, archive)
@@ -275,12 +287,20 @@ def _weights_in_blobs(package: Path, portable: Path) -> list[tuple[int, int]]:
 
 
 def _torch_requirement(programs: Mapping[str, ProgramSpec]) -> str | None:
-    versions = []
+    """``>=X.Y``: the oldest torch that reads every program, from what each uses (its window,
+    ``registry.pt2.window``), not from the torch that exported it; a program without a window
+    (an AOTInductor-only one) counts as its exporter's version."""
+    from .pt2.window import oldest_release
+
+    releases = []
     for p in programs.values():
+        if p.serialization.window is not None:
+            releases.append(p.serialization.window.torch)
+            continue
         m = re.match(r"^(\d+)\.(\d+)", p.serialization.torch_version)
         if m:
-            versions.append((int(m.group(1)), int(m.group(2))))
-    return f">={max(versions)[0]}.{max(versions)[1]}" if versions else None
+            releases.append(f"{m.group(1)}.{m.group(2)}")
+    return f">={oldest_release(*releases)}" if releases else None
 
 
 def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,

@@ -18,7 +18,6 @@ the CUDA runner, the weights blob), and under ``RLIMIT_DATA`` as the sandbox set
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -30,7 +30,8 @@ def _program_arg(text: str) -> tuple[str | None, str]:
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for samples (default 1e-4).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for samples (default 1e-5).")
 @click.option("--torch-requirement", metavar="SPEC",
-              help="Runtime torch requirement (PEP 440, e.g. '>=2.10,<3'); default: >= the exporting torch's major.minor.")
+              help="Runtime torch requirement (PEP 440, e.g. '>=2.12,<3'); default: >= the oldest torch that reads "
+                   "every program (its window, from what the program uses: pt2reg inspect shows it).")
 @click.option("--device-type", "device_types", multiple=True, metavar="TYPE",
               help="Restrict the device types the bundle supports (cpu, cuda, ...; repeatable).")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",

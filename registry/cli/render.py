@@ -80,6 +80,10 @@ def print_bundle(manifest: Manifest, label: str | None) -> None:
         out.print(f"\n[bold]program {esc(name)}[/bold]  variants: {variants}  "
                   f"(torch {esc(ser.torch_version)}, serde {esc(ser.schema_version[0])}."
                   f"{esc(ser.schema_version[1])})")
+        if ser.window is not None:  # which torch reads it: from what it uses (registry.pt2.window)
+            uses = f": {'; '.join(ser.window.features)}" if ser.window.features else ""
+            out.print(f"  reads on torch >= {esc(ser.window.torch)} (serde {ser.window.schema[0]}."
+                      f"{ser.window.schema[1]}{esc(uses)})")
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "name", "where", "dtype", "shape"):
             table.add_column(col)

@@ -58,7 +58,7 @@ def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
 
 def _target_for(src: MaterializedBundle, device: Device | None, target_file: str | None, imports: tuple[str, ...],
                 libraries: tuple[str, ...]) -> Target:
-    from ..runtime.loader import needs_cpu_isa
+    from ..runtime.loader import needed_operators, needs_cpu_isa
     from ..runtime.target import Target
     from ..runtime.probe import probe
 
@@ -68,7 +68,8 @@ def _target_for(src: MaterializedBundle, device: Device | None, target_file: str
         load_libraries(list(libraries))
         import_modules(list(imports))
         return Target.load(target_file)
-    return probe(device, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
+    return probe(device, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest),
+                 operators=needed_operators(src.manifest))
 
 
 def _target_line(t: Target) -> str:
@@ -157,12 +158,22 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     trusted key signed the bundle (trust policy or --require-signature) or with --trust-native;
     a `native-code` finding says which was skipped. Exit 0 when compatible, 4 when not, 5 for
     pickled members, a missing trusted signature, or a program with only native variants.
+
+    \b
+    Which torch can read each program is its window, recorded at bundle time from what the
+    program uses (`pt2reg inspect` shows it), not the torch that exported it. A REF checked
+    against --target FILE.json is decided from the registry's metadata alone, before any
+    download ("can that machine load it?"); its members are checked when it is pulled or run.
     """
     from ..runtime.loader import verify_bundle
+    from ..sources import parse_source
 
-    src = _open(app, source, pubkeys)
+    # a ref checked against a described machine needs its metadata only: nothing is downloaded
+    metadata_only = target_file is not None and not isinstance(parse_source(source), os.PathLike)
+    src = app.registry.describe(source, require_signature=pubkeys) if metadata_only else _open(app, source, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
-    report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native)
+    report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native,
+                           read_members=not metadata_only or bool(src.files))
     signed = _signature_lines(app, src, pubkeys)
     if as_json:
         emit_json({**report.to_json(), "digest": src.digest, "device": str(device or t.device_type),

@@ -23,7 +23,7 @@ from ..refs import Ref, validate_alias, validate_name
 from ..sources import AuditSpool, BlobCache, MaterializedBundle, materialize_file
 from .gc import GcResult, collect_garbage
 from .ports import BlobStore, MetadataStore
-from .pull import Located, PullResult, fetch_pinned, fetch_version, rebuild_bundle
+from .pull import Located, PullResult, describe_version, fetch_pinned, fetch_version, rebuild_bundle
 from .push import PushResult, push_bundle
 
 if TYPE_CHECKING:
@@ -292,6 +292,25 @@ class Registry:
             else:
                 audit()
         return src
+
+    def describe(self, ref: str | Ref, *, require_signature: Sequence[str] = ()) -> MaterializedBundle:
+        """The version ``ref`` names from metadata alone: its manifest (checked against its
+        digest) and signatures, the trust policy and ``require_signature`` enforced, no member
+        fetched unless the cache holds them all already (then they come along). What
+        ``pt2reg verify --target FILE REF`` checks a runtime against before any download."""
+        where = self.locate(ref)
+
+        def enforce(src: MaterializedBundle) -> MaterializedBundle:
+            return self.enforce_trust(src, require_signature=require_signature, pinned=where.ref.is_pinned)
+
+        if where.cached is not None:
+            return enforce(where.cached)
+        if where.pinned is not None:
+            pin = where.pinned
+            return enforce(MaterializedBundle(pin.manifest, {}, pin.signatures, label=str(where.ref),
+                                              name=where.ref.name))
+        assert where.version is not None
+        return describe_version(self.meta, where.version, enforce_trust=enforce)
 
     def pull(self, ref: str | Ref | Located, out: str | os.PathLike[str], *, progress: ProgressFn | None = None,
              require_signature: Sequence[str] = ()) -> PullResult:

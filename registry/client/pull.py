@@ -24,7 +24,7 @@ from .transfer import IndexSource, fetch_members, fetch_members_deferred
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
 
-__all__ = ["Located", "PullResult", "fetch_version", "fetch_pinned", "rebuild_bundle"]
+__all__ = ["Located", "PullResult", "describe_version", "fetch_version", "fetch_pinned", "rebuild_bundle"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,20 @@ class PullResult:
     warnings: tuple[str, ...] = ()
 
 
+def describe_version(meta: MetadataStore, version: VersionRecord, *,
+                     enforce_trust: Callable[[MaterializedBundle], MaterializedBundle]) -> MaterializedBundle:
+    """``version``'s manifest (checked against its digest) and signatures, the trust policy
+    enforced, no member fetched (``files`` empty): what ``fetch_version`` starts from, and all
+    ``pt2reg verify --target FILE REF`` needs."""
+    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"), version.digest)
+    if manifest.digest != version.digest:
+        raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
+                             f"its digest {version.digest}", hint="the metadata database was altered")
+    sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
+    return enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
+                                            name=version.name, version=version.number))
+
+
 def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord, *,
                   enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
                   progress: ProgressFn | None = None, defer_weights: bool = False,
@@ -71,13 +85,8 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     trust policy) sees the digest and signatures before any blob is fetched. ``defer_weights``:
     raw weight chunks may still be fetching when this returns (``src.pending``); ``in_place``
     (default: always) whether they may be verified where they lie in a local store."""
-    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"), version.digest)
-    if manifest.digest != version.digest:
-        raise IntegrityError(f"{version.name}@{version.number}: stored manifest does not match "
-                             f"its digest {version.digest}", hint="the metadata database was altered")
-    sigs = [s.to_json() for s in meta.signatures(version.name, version.number)]
-    src = enforce_trust(MaterializedBundle(manifest, {}, sigs, label=f"{version.name}@{version.number}",
-                                           name=version.name, version=version.number))
+    src = describe_version(meta, version, enforce_trust=enforce_trust)
+    sigs = src.signatures
     # parsed when a member needs it, its large chunks already under way (``transfer.assemble_member``)
     index = functools.cache(functools.partial(PackIndex.from_stored, version.packs_json,
                                               f"{version.name}@{version.number}"))

@@ -32,7 +32,7 @@ from ..digests import all_hex64, canonical_json, digest_of_bytes
 from ..errors import ManifestError, UnsupportedFormatError, UsageError
 from .packs import PackIndex, stored_with_packs
 
-__all__ = ["Manifest", "ProgramSpec", "TensorSpec", "Dim", "RequiredOp", "ConstantInput", "PytreeClass",
+__all__ = ["Manifest", "ProgramSpec", "ProgramWindow", "TensorSpec", "Dim", "RequiredOp", "ConstantInput", "PytreeClass",
            "BakedDevice", "AotiTarget", "Variant", "Serialization", "Requirements", "Environment", "Member", "Sample",
            "BakedDeviceGroup", "baked_device_groups", "evolve", "load_schema", "validate_raw", "stored_blobs",
            "recorded_facts"]
@@ -450,9 +450,13 @@ class AotiTarget:
     platform: str | None = None
     machine: str | None = None
     cpu_isa: str | None = None
+    #: the torch that compiled it (its runtime must be the same major.minor) and whether that
+    #: torch used libstdc++'s C++11 ABI (the package's C++ must match); None: not recorded
+    torch_version: str | None = None
+    cxx11_abi: bool | None = None
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
-    _OPTIONAL = ("device_key", "compute_capability", "platform", "machine", "cpu_isa")
+    _OPTIONAL = ("device_key", "compute_capability", "platform", "machine", "cpu_isa", "torch_version", "cxx11_abi")
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "AotiTarget":
@@ -488,27 +492,50 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class ProgramWindow:
+    """The oldest supported torch release that reads a program (``torch``, ``major.minor``),
+    the serde schema that release reads (``schema``), and what set it (``features``: each
+    ``"<element> (torch X.Y)"``): computed from the program by ``registry.pt2.window``."""
+
+    torch: str
+    schema: tuple[int, int]
+    features: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"torch": self.torch, "schema": list(self.schema), "features": list(self.features)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "ProgramWindow":
+        return cls(str(raw["torch"]), (int(raw["schema"][0]), int(raw["schema"][1])), tuple(raw.get("features", ())))
+
+
+@dataclass(frozen=True)
 class Serialization:
-    """How the program was serialized: torch version, serde schema (major, minor), opsets."""
+    """How the program was serialized: torch version, serde schema (major, minor), opsets, and
+    the window of torch releases that read it (``registry.pt2.window``; None in bundles made
+    before it was recorded)."""
 
     torch_version: str
     schema_version: tuple[int, int]
     opset_version: Mapping[str, int]
     archive_version: str | None = None
+    window: ProgramWindow | None = None
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
-    _OPTIONAL = ("archive_version",)
+    _OPTIONAL = ("archive_version", "window")
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "Serialization":
         major, minor = raw["schema_version"]
+        window = ProgramWindow.from_json(raw["window"]) if raw.get("window") is not None else None
         return cls(raw["torch_version"], (major, minor), MappingProxyType(dict(raw["opset_version"])),
-                   raw.get("archive_version"), _present(raw, ("archive_version",)))
+                   raw.get("archive_version"), window, _present(raw, cls._OPTIONAL))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"torch_version": self.torch_version, "schema_version": list(self.schema_version),
                                "opset_version": dict(self.opset_version)}
         _emit(out, self.present, "archive_version", self.archive_version)
+        _emit(out, self.present, "window", self.window, self.window.to_json() if self.window else None)
         return out
 
 
@@ -533,9 +560,12 @@ class ProgramSpec:
     #: as recorded at bundle time (empty for bundles made before they were); the runtime reads
     #: them from the treespecs themselves (``registry.runtime.compat.pytree_classes_of``)
     pytree_classes: tuple[PytreeClass, ...] = ()
+    #: torch's own operators the graph calls, with their schemas at bundle time (empty in
+    #: bundles made before they were recorded)
+    operators: tuple[RequiredOp, ...] = ()
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
-    _OPTIONAL = ("in_spec", "out_spec", "forward_arg_names", "constant_inputs", "pytree_classes")
+    _OPTIONAL = ("in_spec", "out_spec", "forward_arg_names", "constant_inputs", "pytree_classes", "operators")
 
     @property
     def portable(self) -> Variant | None:
@@ -562,6 +592,7 @@ class ProgramSpec:
             forward_arg_names=tuple(raw.get("forward_arg_names") or ()),
             constant_inputs=tuple(ConstantInput.from_json(c) for c in raw.get("constant_inputs") or ()),
             pytree_classes=tuple(PytreeClass.from_json(c) for c in raw.get("pytree_classes") or ()),
+            operators=tuple(RequiredOp.from_json(op) for op in raw.get("operators") or ()),
             present=_present(raw, cls._OPTIONAL))
 
     def to_json(self) -> dict[str, Any]:
@@ -583,6 +614,7 @@ class ProgramSpec:
               [c.to_json() for c in self.constant_inputs])
         _emit(out, self.present, "pytree_classes", self.pytree_classes,
               [c.to_json() for c in self.pytree_classes])
+        _emit(out, self.present, "operators", self.operators, [op.to_json() for op in self.operators])
         return out
 
 

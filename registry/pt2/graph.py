@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from .exprs import INF, ExprError, parse_srepr
 from .treespec import TreeSpecError, input_label, leaf_paths, pytree_classes
+from .window import program_window
 
 __all__ = ["describe_program", "GraphFormatError", "SCALAR_TYPES", "BUILTIN_OP_NAMESPACES",
            "HARDWARE_DTYPES", "parse_op_target"]
@@ -206,17 +207,20 @@ def _source(meta: dict[str, Any]) -> tuple[str | None, str | None]:
     return f"{last.group('file')}:{last.group('line')}", (last.group("code") or "").strip() or None
 
 
-def _ops_devices_classes(graph: dict[str, Any]) -> tuple[list, list, list]:
+def _ops_devices_classes(graph: dict[str, Any]) -> tuple[list, list, list, list]:
+    """(custom ops, baked devices, TorchBind classes, torch's own ops) the graph uses."""
     ops: dict[str, dict[str, Any]] = {}
+    builtin: dict[str, dict[str, Any]] = {}
     baked: list[dict[str, Any]] = []
     classes: set[str] = set()
     for node in _walk_nodes(graph):
         target = str(node.get("target", ""))
         parsed = parse_op_target(target)
-        if parsed and parsed[0] not in BUILTIN_OP_NAMESPACES:
+        if parsed:
             ns, op, overload = parsed
-            ops.setdefault(target, {"name": f"{ns}::{op}", "overload": overload, "target": target,
-                                    "schema": None})
+            into = ops if ns not in BUILTIN_OP_NAMESPACES else builtin
+            into.setdefault(target, {"name": f"{ns}::{op}", "overload": overload, "target": target,
+                                     "schema": None})
         inputs = node.get("inputs") or []
         for inp in inputs if isinstance(inputs, list) else []:
             arg = inp.get("arg") if isinstance(inp, dict) else None
@@ -227,7 +231,8 @@ def _ops_devices_classes(graph: dict[str, Any]) -> tuple[list, list, list]:
         for fqn in _find_key(node, "class_fqn"):
             if isinstance(fqn, str):
                 classes.add(fqn)
-    return sorted(ops.values(), key=lambda o: o["target"]), baked, sorted(classes)
+    return (sorted(ops.values(), key=lambda o: o["target"]), baked, sorted(classes),
+            sorted(builtin.values(), key=lambda o: o["target"]))
 
 
 def _signature_args(sig: dict[str, Any], spec_key: str, kind: str) -> list[dict[str, Any]]:
@@ -311,7 +316,7 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
             item["dim"] = named
         constraints.append(item)
 
-    ops, baked, classes = _ops_devices_classes(graph)
+    ops, baked, classes, operators = _ops_devices_classes(graph)
     dtypes = {_dtype(m.get("dtype")) for m in tensors.values() if isinstance(m, dict)}
     for entry in ((weights_config or {}).get("config") or {}).values():
         meta = entry.get("tensor_meta") if isinstance(entry, dict) else None
@@ -338,7 +343,11 @@ def describe_program(model: dict[str, Any], *, weights_config: dict[str, Any] | 
             "torch_version": str(model.get("torch_version") or "unknown"),
             "schema_version": [int(schema.get("major", 0)), int(schema.get("minor", 0))],
             "opset_version": {str(k): int(v) for k, v in (model.get("opset_version") or {}).items()},
+            # the oldest torch that reads it: from what it uses, not from who wrote it
+            "window": program_window(model, weights_config=weights_config,
+                                     constants_config=constants_config).to_json(),
         },
+        "operators": operators,
     }
     if constant_inputs:  # only when present: other programs describe (and hash) as before
         described["constant_inputs"] = constant_inputs

@@ -7,11 +7,13 @@ some reach the file system, other processes, the network or process-wide state
 later ``copy_`` overwrites; ``aten::save``; collectives; the profiler). The rule that says which
 is written once, over the schemas of every registered operator (:func:`effect_reason`), and
 its result is frozen into ``side_effect_ops.json`` beside this file, which the pure graph checker
-(``registry.pt2.safety``) reads. ``python scripts/update_op_effects.py`` regenerates the file
-from the installed torch (the schemas come from ``registry.runtime.torchrt.all_op_schemas``, the
-one module touching torch's private APIs; this one stays pure); a test in
-``tests/unit/test_program_validation.py`` recomputes the rule and fails when torch has gained
-such an operator that the frozen list lacks.
+(``registry.pt2.safety``) reads. The file is the union (:func:`union`) over every torch of the
+matrix CI tests, CPU and CUDA builds (a CUDA build registers more operators: ``cuda::``,
+``mempool::``), and names them (``torch_versions``). ``python scripts/update_op_effects.py``
+regenerates it, running each venv's torch in its own process (the schemas come from
+``registry.runtime.torchrt.all_op_schemas``, the one module touching torch's private APIs; this
+one stays pure); a test in ``tests/unit/test_program_validation.py`` recomputes the rule on the
+running torch and fails when it has such an operator that the frozen list lacks.
 
 The rule, for an operator schema:
 
@@ -37,7 +39,7 @@ from typing import Any, Iterable
 
 from .datafiles import read_data_file, write_data_file
 
-__all__ = ["OpSchema", "effect_reason", "compute", "load_frozen", "write_frozen", "FROZEN_PATH",
+__all__ = ["OpSchema", "effect_reason", "compute", "union", "load_frozen", "write_frozen", "FROZEN_PATH",
            "GENERATED_BY"]
 
 GENERATED_BY = "python scripts/update_op_effects.py"
@@ -84,7 +86,8 @@ def effect_reason(namespace: str, name: str, args: Iterable[tuple[str, str, bool
 
 
 def compute(schemas: Iterable[OpSchema], torch_version: str) -> dict[str, Any]:
-    """The frozen document, from the schemas of every registered operator."""
+    """The frozen document, from the schemas of every operator one torch (``torch_version``,
+    its ``__version__``: ``2.14.1+cu130``) registers."""
     ops: dict[str, str] = {}
     namespaces: set[str] = set()
     for s in schemas:
@@ -98,7 +101,32 @@ def compute(schemas: Iterable[OpSchema], torch_version: str) -> dict[str, Any]:
         ops[f"{ns}::{name}.{s.overload or 'default'}"] = reason
     return {
         "generated_by": GENERATED_BY,
-        "torch_version": torch_version,
+        "torch_versions": [torch_version] if torch_version else [],
+        "namespaces": sorted(namespaces),
+        "namespace_pattern": _NAMESPACE.pattern,
+        "ops": dict(sorted(ops.items())),
+    }
+
+
+def union(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One document from :func:`compute`'s documents of several torches: every operator and
+    namespace any of them refuses (an operator's reason is the first document's that has it).
+
+    >>> union([{"torch_versions": ["2.13.0+cpu"], "namespaces": ["prim"], "ops": {"a::x.default": "r"}},
+    ...        {"torch_versions": ["2.14.1+cu130"], "namespaces": [], "ops": {"cuda::y.default": "s"}}])["ops"]
+    {'a::x.default': 'r', 'cuda::y.default': 's'}
+    """
+    ops: dict[str, str] = {}
+    namespaces: set[str] = set()
+    versions: set[str] = set()
+    for doc in docs:
+        for op, reason in doc["ops"].items():
+            ops.setdefault(op, reason)
+        namespaces.update(doc["namespaces"])
+        versions.update(doc["torch_versions"])
+    return {
+        "generated_by": GENERATED_BY,
+        "torch_versions": sorted(versions),
         "namespaces": sorted(namespaces),
         "namespace_pattern": _NAMESPACE.pattern,
         "ops": dict(sorted(ops.items())),

@@ -14,7 +14,7 @@ from typing import Any
 from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..digests import canonical_json
-from ..errors import UnsafeArchiveError
+from ..errors import IncompatibleError, UnsafeArchiveError
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
 from .verdicts import program_kinds, read_verdict
@@ -367,6 +367,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
             model = configs.get(name)
             unsafe = unsafe_in_graph(model)
             if unsafe:
+                _refuse_newer_schema(model, unsafe, where, prog)
                 raise UnsafeArchiveError(f"{where}: program {prog!r} is refused before torch reads it: {unsafe}",
                                          member=name, hint="the graph was not written by torch.export; "
                                          "do not load this file")
@@ -426,3 +427,29 @@ def check_bundle_programs(bundle: Any, *, vetted_dir: str | os.PathLike | None =
             continue
         where = f"{bundle.path}: member {member.path}"
         open_pt2(bundle.path, where=where, canonical=True, span=bundle.member_span(member.path), kind=kind)
+
+
+#: what the schema check says of a field, union tag or enum value it does not know
+_NOVELTY = re.compile(r"unknown field \(not in torch's |is not a [A-Za-z_]+ value")
+
+
+def _refuse_newer_schema(model: Any, reason: str, where: str, prog: str) -> None:
+    """IncompatibleError (exit 4), not a tamper verdict, when a program fails the schema check
+    only on something it may not know yet (a field, tag or enum value) and declares a serde
+    schema newer than the one this pt2-registry reads: it was written by a newer torch. The
+    program is refused either way; only the message and the exit code differ."""
+    from .serde_schema import load_schema
+
+    declared = model.get("schema_version") if isinstance(model, dict) else None
+    try:
+        have = (int(declared["major"]), int(declared["minor"])) if isinstance(declared, dict) else None
+    except (KeyError, TypeError, ValueError):
+        have = None
+    ours = tuple(load_schema()["schema_version"] or (0, 0))
+    if have is None or have <= ours or not _NOVELTY.search(reason):
+        return
+    raise IncompatibleError(
+        f"{where}: program {prog!r} was written by a newer torch (schema {have[0]}.{have[1]}; this pt2-registry "
+        f"reads up to {ours[0]}.{ours[1]}): {reason}",
+        hint="run it where a newer torch and pt2-registry are installed, or re-export it with a supported torch "
+             "(pt2reg target shows this machine's)")

@@ -3,7 +3,7 @@
 ``serde_schema.json`` beside this file is generated from the installed torch's
 ``torch/_export/serde/schema.yaml`` (the source torch's own ``schema.py`` dataclasses are
 generated from) by :func:`generate`; regenerate it with ``python -m registry.pt2.serde_schema``
-after a torch upgrade (``tests/unit/test_serde_schema.py`` fails until you do).
+after a torch upgrade (``tests/unit/test_program_validation.py`` fails until you do).
 
 :func:`validate` walks a parsed graph JSON against it: an object for a struct holds only the
 struct's declared fields (each without a default present) with the declared types; a union is an

@@ -87,7 +87,7 @@ def run_attestation(registry: Registry, ref: str, *, device: DeviceLike | None =
     its golden samples on ``device`` (default: cuda:0 if available, else cpu). Errors before
     the bundle is here (not found, trust policy, a device this machine lacks) raise; errors
     after it make a failed run."""
-    from .loader import load_bundle, needs_cpu_isa, verify_bundle
+    from .loader import load_bundle, needed_operators, needs_cpu_isa, verify_bundle
     from .probe import probe, resolve_device
     from .sandbox import SandboxConfig
 
@@ -95,7 +95,7 @@ def run_attestation(registry: Registry, ref: str, *, device: DeviceLike | None =
     version = registry.resolve(ref)
     src = registry.materialize(Ref(version.name, version=version.number),
                                require_signature=list(require_signature))
-    t = probe(dev, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest))
+    t = probe(dev, imports, libraries, cpu_isa=needs_cpu_isa(src.manifest), operators=needed_operators(src.manifest))
     target = attested_target(t)
     results: list[dict[str, Any]] = []
     try:

@@ -16,9 +16,14 @@ An AOTInductor variant is native code: the loader passes ``allow_native=False`` 
 bundle is signed by a trusted key or the user said ``--trust-native``, and then only the
 portable program is chosen (with an ``info`` finding saying which variant was passed over).
 
-A newer serde schema *minor* than the runtime's is a warning, not an error: minor bumps are
-additive (torch itself loads such archives silently) and fail only if the program uses a
-construct the older reader lacks, which the load then reports. A different *major* is an error.
+Which torch can read a portable program is decided by its *window* (``serialization.window``,
+computed at bundle time by ``registry.pt2.window`` from what the program uses): a target whose
+serde schema minor is older than the window's is refused naming the oldest torch that reads it,
+whatever torch wrote the program; torch's own operators it calls must exist on the target with
+the schemas they had at export (``operators``, when the target records ``op_schemas``). A
+bundle made before windows were recorded falls back to the writer's schema: a newer *minor* is
+a warning (minor bumps are additive). A different *major* is always an error. An AOTInductor
+variant runs only on the torch major.minor and C++ ABI that compiled it.
 """
 from __future__ import annotations
 
@@ -31,12 +36,12 @@ from packaging.version import InvalidVersion, Version
 from ..format.manifest import AotiTarget, Manifest, ProgramSpec, Variant, baked_device_groups
 from ..pt2.graph import HARDWARE_DTYPES
 from .device import Device, DeviceLike
-from .target import Target
+from .target import Target, schema_digest
 
 __all__ = ["Finding", "CompatReport", "VariantChoice", "check", "choose_variant", "choose_variants",
-           "aoti_mismatch", "RULES", "device_type_of", "NATIVE_FIX", "pytree_classes_of",
+           "aoti_mismatch", "RULES", "PROCESS_RULES", "ReleaseVerdict", "release_matrix", "device_type_of", "NATIVE_FIX", "pytree_classes_of",
            "serde_schema_rule", "torch_version_rule", "device_type_rule", "hardware_dtype_rule",
-           "custom_op_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule", "pytree_class_rule",
+           "custom_op_rule", "operator_rule", "torchbind_rule", "aoti_target_rule", "baked_device_rule", "pytree_class_rule",
            "DEVICE_DISPATCH_KEYS", "COMPOSITE_KEYS"]
 
 #: Kernels registered under these keys serve every device.
@@ -158,6 +163,12 @@ def aoti_mismatch(vt: AotiTarget | None, target: Target, device_type: str) -> st
         want, have = getattr(vt, attr), getattr(target, attr)
         if want and want != have:
             return f"built for {attr} {want}, the target's is {have or 'unknown'}"
+    if vt.torch_version and _minor_of(vt.torch_version) != _minor_of(target.torch_version):
+        return (f"compiled by torch {vt.torch_version}, the target runs torch {target.torch_version} "
+                f"(a package runs only on the torch major.minor that compiled it)")
+    if vt.cxx11_abi is not None and target.cxx11_abi is not None and vt.cxx11_abi != target.cxx11_abi:
+        return (f"compiled against the {'C++11' if vt.cxx11_abi else 'pre-C++11'} libstdc++ ABI, the target's "
+                f"torch uses the {'C++11' if target.cxx11_abi else 'pre-C++11'} one")
     needed = _isa_features(vt.cpu_isa) if key == "cpu" else set()
     if needed:
         if target.cpu_isa is None:
@@ -166,6 +177,12 @@ def aoti_mismatch(vt: AotiTarget | None, target: Target, device_type: str) -> st
         if missing:
             return f"built for CPU ISA {vt.cpu_isa}, the target lacks {' '.join(missing)}"
     return None
+
+
+def _minor_of(version: str) -> str:
+    """``2.13`` of ``2.13.0+cu130`` (the text itself when it is not a version)."""
+    parts = version.split("+")[0].split(".")
+    return ".".join(parts[:2])
 
 
 #: How to allow native code, said wherever an AOTInductor variant is passed over for it.
@@ -256,7 +273,9 @@ def _choices(manifest: Manifest, target: Target, device: Device | None,
 
 def serde_schema_rule(manifest: Manifest, target: Target, device: Device | None, *,
                       choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
-    """Serializer schema major must equal the runtime's; a newer minor warns; archive version 0."""
+    """The portable program's window must admit the target's serde schema: same major, minor at
+    least the window's (a bundle without a window: the writer's minor, newer only warns);
+    archive version 0."""
     out: list[Finding] = []
     major, minor = target.serde_schema
     choices = _choices(manifest, target, device, choices)
@@ -264,7 +283,8 @@ def serde_schema_rule(manifest: Manifest, target: Target, device: Device | None,
         chosen = choices[name].variant
         needed = chosen is None or chosen.kind == "exported_program"
         ser = prog.serialization
-        pmajor, pminor = ser.schema_version
+        window = ser.window
+        pmajor, pminor = window.schema if window is not None else ser.schema_version
         if pmajor != major:
             make = _err if needed else _warn
             out.append(make(
@@ -275,13 +295,25 @@ def serde_schema_rule(manifest: Manifest, target: Target, device: Device | None,
                 "torch.export cannot deserialize an archive written with another schema major version",
                 f"run it with a torch whose serde schema major is {pmajor} (like {ser.torch_version}), "
                 f"or re-export the model with torch {target.torch_version}"))
+        elif pminor > minor and needed and window is not None:
+            uses = "; ".join(window.features) or f"serde schema {pmajor}.{pminor}"
+            out.append(_err(
+                "serde-schema", name,
+                f"program {name!r} needs torch >= {window.torch} (serde schema {pmajor}.{pminor}; it uses "
+                f"{uses}); torch {target.torch_version} reads up to schema {major}.{minor}",
+                f"torch {target.torch_version} cannot read what the program uses, whichever torch exported it "
+                f"(torch {ser.torch_version})",
+                f"run it with torch >= {window.torch} (pin it on the target), or re-export the model without "
+                f"those constructs (or with torch {_minor_of(target.torch_version)})"))
         elif pminor > minor and needed:
             out.append(_warn(
                 "serde-minor", name,
                 f"program {name!r} uses serde schema {pmajor}.{pminor}, newer than {major}.{minor} of "
                 f"torch {target.torch_version}",
-                "minor schema bumps are additive; loading fails only if the program uses a newer construct",
-                f"prefer torch >= {ser.torch_version.split('+')[0]} on the target"))
+                "minor schema bumps are additive; loading fails only if the program uses a newer construct "
+                "(the bundle predates recorded windows, so what it uses is not known)",
+                f"prefer torch >= {ser.torch_version.split('+')[0]} on the target, or re-bundle it to record "
+                f"its window"))
         archive_version = ser.archive_version
         if needed and archive_version not in (None, "0"):
             out.append(_err("archive-version", name,
@@ -310,10 +342,21 @@ def torch_version_rule(manifest: Manifest, target: Target, device: Device | None
     # Nightlies (2.14.0a0+git...) count: a pre-release is the torch the target really runs.
     if spec.contains(version, prereleases=True):
         return []
+    release = _minor_of(target.torch_version)
+    admitted = all(_window_admits(p, target) for p in manifest.programs.values())
     return [_err("torch-version", None,
                  f"torch {target.torch_version} does not satisfy the bundle's requirement {spec_text!r}",
-                 "the bundle was built for another torch range; ops and serialization may differ",
-                 f"run it with torch {spec_text}, or rebuild the bundle for torch {target.torch_version}")]
+                 "the publisher declared the torch range the bundle runs on",
+                 f"run it with torch {spec_text}" + (
+                     f"; its programs' windows admit torch {release}, so a bundle rebuilt with "
+                     f"--torch-requirement '>={release}' would run here" if admitted else ""))]
+
+
+def _window_admits(prog: ProgramSpec, target: Target) -> bool:
+    """Whether the program's recorded window admits the target's serde schema (False without one)."""
+    window = prog.serialization.window
+    return window is not None and window.schema[0] == target.serde_schema[0] and \
+        window.schema[1] <= target.serde_schema[1]
 
 
 def device_type_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
@@ -419,6 +462,49 @@ def _norm(schema: str | None) -> str:
     return " ".join((schema or "").split())
 
 
+def operator_rule(manifest: Manifest, target: Target, device: Device | None, *,
+                  choices: Mapping[str, VariantChoice] | None = None) -> list[Finding]:
+    """torch's own operators a portable program calls must be registered on the target with the
+    schema they had at export: torch's reader resolves each node's operator by name and matches
+    its arguments by name. Checked only when the target records ``op_schemas``."""
+    if not target.op_schemas:
+        return []
+    out = []
+    for name, prog in manifest.programs.items():
+        chosen = _choices(manifest, target, device, choices)[name].variant
+        if chosen is not None and chosen.kind != "exported_program":
+            continue
+        exporter = prog.serialization.torch_version
+        missing, changed = [], []
+        for op in prog.operators:
+            key = op.dispatcher_name
+            have = target.op_schemas.get(key)
+            if have is None:
+                missing.append(key)
+            elif op.schema and schema_digest(op.schema) != have:
+                changed.append(key)
+        if missing:
+            out.append(_err("operator-missing", name,
+                            f"program {name!r} calls {_some(missing)}, which torch {target.torch_version} does "
+                            f"not have (exported with torch {exporter})",
+                            "torch's reader resolves every node's operator by name; a missing one fails the load",
+                            f"run it with torch {_minor_of(exporter)} or newer, or re-export the model with torch "
+                            f"{_minor_of(target.torch_version)}"))
+        if changed:
+            out.append(_err("operator-schema", name,
+                            f"program {name!r} calls {_some(changed)}, whose schema differs on torch "
+                            f"{target.torch_version} from torch {exporter}, which exported it",
+                            "arguments are matched by name: a renamed one fails the load, a new one is dropped",
+                            f"run it with torch {_minor_of(exporter)}, or re-export the model with torch "
+                            f"{_minor_of(target.torch_version)}"))
+    return out
+
+
+def _some(names: list[str], limit: int = 4) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def torchbind_rule(manifest: Manifest, target: Target, device: Device | None) -> list[Finding]:
     """Every TorchBind class the program holds must be registered on the target."""
     have = {c.removeprefix("__torch__.") for c in target.torchbind_classes}
@@ -521,11 +607,15 @@ def pytree_class_rule(manifest: Manifest, target: Target, device: Device | None)
 #: Every rule, in report order. Each: (manifest, target, device) -> list[Finding].
 RULES: tuple[Callable[[Manifest, Target, str | None], list[Finding]], ...] = (
     serde_schema_rule, torch_version_rule, device_type_rule, hardware_dtype_rule, custom_op_rule,
-    torchbind_rule, aoti_target_rule, baked_device_rule, pytree_class_rule)
+    operator_rule, torchbind_rule, aoti_target_rule, baked_device_rule, pytree_class_rule)
 
+
+#: Rules about this process rather than the target (what it has imported): not for a server
+#: answering for a described machine
+PROCESS_RULES = (pytree_class_rule,)
 
 #: Rules whose verdict depends on the chosen variant: ``check`` hands them its ``choices``.
-_VARIANT_RULES = (serde_schema_rule, aoti_target_rule, baked_device_rule)
+_VARIANT_RULES = (serde_schema_rule, operator_rule, aoti_target_rule, baked_device_rule)
 
 
 def _same(recorded: str, device: Device) -> bool:
@@ -535,17 +625,20 @@ def _same(recorded: str, device: Device) -> bool:
 
 
 def check(manifest: Manifest, target: Target, device: DeviceLike | None = None, *,
-          allow_native: bool = True) -> CompatReport:
+          allow_native: bool = True, this_process: bool = True) -> CompatReport:
     """Run every rule and choose a variant per program. ``device`` (a ``Device`` or its text)
     defaults to the target's type.
 
     ``allow_native=False``: AOTInductor variants are never chosen; an ``info`` finding
     ``native-code`` says which one was passed over and how to allow it, and a program with only
-    such variants gets a ``native-code`` error.
+    such variants gets a ``native-code`` error. ``this_process=False`` (a server answering for
+    a described machine) leaves out the rules about what this process has registered
+    (``PROCESS_RULES``).
     """
     device = Device.parse_optional(device)
     variants = choose_variants(manifest, target, device, allow_native=allow_native)
-    findings = [f for rule in RULES for f in (rule(manifest, target, device, choices=variants)
+    rules = RULES if this_process else tuple(r for r in RULES if r not in PROCESS_RULES)
+    findings = [f for rule in rules for f in (rule(manifest, target, device, choices=variants)
                                               if rule in _VARIANT_RULES else rule(manifest, target, device))]
     for name, choice in variants.items():
         native = choice.passed_over
@@ -559,3 +652,48 @@ def check(manifest: Manifest, target: Target, device: DeviceLike | None = None, 
                 NATIVE_FIX))
     return CompatReport(compatible=not any(f.severity == "error" for f in findings),
                         findings=tuple(findings), variants=variants)
+
+
+# ------------------------------------------------------------------------------ release matrix
+
+@dataclass(frozen=True)
+class ReleaseVerdict:
+    """Whether a supported torch release (``2.11``) can read every program of a bundle, from
+    the manifest alone (windows, requirement, AOTInductor variants' torch), and why not."""
+
+    release: str
+    ok: bool
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"release": self.release, "ok": self.ok, "reason": self.reason}
+
+
+def release_matrix(manifest: Manifest) -> list[ReleaseVerdict]:
+    """One verdict per supported torch release (``registry.pt2.window.RELEASES``), oldest first:
+    what the server's version page shows. Operators and devices depend on the machine, not
+    just its torch: ``pt2reg verify --target box.json REF`` checks those too."""
+    from ..pt2.window import RELEASES
+
+    spec_text = manifest.requirements.torch
+    try:
+        spec = SpecifierSet(spec_text) if spec_text else None
+    except InvalidSpecifier:
+        spec = None
+    out = []
+    for release, (major, minor) in RELEASES.items():
+        why = []
+        if spec is not None and not spec.contains(Version(f"{release}.0"), prereleases=True):
+            why.append(f"the bundle requires torch {spec_text}")
+        for name, prog in manifest.programs.items():
+            if prog.portable is not None:
+                window, ser = prog.serialization.window, prog.serialization
+                need = window.schema if window is not None else ser.schema_version
+                if need[0] != major or need[1] > minor:
+                    since = f"torch >= {window.torch}" if window is not None else f"serde schema {need[0]}.{need[1]}"
+                    why.append(f"program {name!r} needs {since}")
+            elif not any(v.target is None or not v.target.torch_version or _minor_of(v.target.torch_version) == release
+                         for v in prog.variants):
+                why.append(f"program {name!r} has only AOTInductor variants, compiled by another torch")
+        out.append(ReleaseVerdict(release, not why, "; ".join(why) or "reads every program"))
+    return out

@@ -41,7 +41,7 @@ from .inputs import call_arguments, check_constant, check_inputs, fill_baked_cal
 from ..sources import MaterializedBundle
 from .target import Target
 
-__all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle",
+__all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle", "needed_operators",
            "needs_cpu_isa", "pickle_findings", "native_code_findings", "native_allowed", "save_outputs",
            "precheck_inputs", "place_program", "Status"]
 
@@ -219,13 +219,20 @@ def needs_cpu_isa(manifest: Manifest) -> bool:
                for p in manifest.programs.values() for v in p.variants)
 
 
+def needed_operators(manifest: Manifest) -> list[str]:
+    """Dispatcher names of torch's own operators the bundle's programs call (what a probe looks
+    up for the operator rule)."""
+    return sorted({op.dispatcher_name for spec in manifest.programs.values() for op in spec.operators})
+
+
 def _resolve_target(src: MaterializedBundle, device: Device | None, target: Target | None) -> Target:
     if target is not None:
         return target
     from .probe import probe
 
     needed = {op.dispatcher_name for spec in src.manifest.programs.values() for op in spec.required_ops}
-    return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed))
+    return probe(device, cpu_isa=needs_cpu_isa(src.manifest), ops=sorted(needed),
+                 operators=needed_operators(src.manifest))
 
 
 def _load_device(device: DeviceLike | None, target: Target | None) -> Device:
@@ -354,7 +361,7 @@ def _default_sandbox() -> Any:
 
 
 def verify_bundle(src: MaterializedBundle, *, device: DeviceLike | None = None, target: Target | None = None,
-                  trust_pickle: bool = False, trust_native: bool = False) -> CompatReport:
+                  trust_pickle: bool = False, trust_native: bool = False, read_members: bool = True) -> CompatReport:
     """Every check but the load: compatibility with the target and the pickle scan, all at once.
 
     AOTInductor variants are considered only when ``trust_native`` or a trusted key signed the
@@ -366,11 +373,20 @@ def verify_bundle(src: MaterializedBundle, *, device: DeviceLike | None = None, 
 
     ``device`` (a ``Device`` or its text) defaults to the target's device type, and without a
     target to the default policy (cuda:0 if available, else cpu), as ``load_bundle`` does.
+    ``read_members=False`` decides from the manifest alone (``Registry.describe``: nothing
+    fetched): the members' contents (pickles, the graph checks) are left to the load, which an
+    ``info`` finding ``metadata-only`` says.
     """
     dev = Device.parse_optional(device)
     target = _resolve_target(src, dev, target)
     report = check(src.manifest, target, dev, allow_native=native_allowed(src, trust_native))
-    extra = pickle_findings(src, report, trust_pickle=trust_pickle) + native_code_findings(src, report)
+    scanned = pickle_findings(src, report, trust_pickle=trust_pickle) if read_members else [Finding(
+        "info", "metadata-only", None,
+        "decided from the registry's metadata alone: no member was fetched, so their contents (pickled "
+        "objects, the graph checks) are checked when the bundle is pulled or loaded",
+        "the manifest records the window, operators, devices and variants each program needs",
+        "to check the contents too, verify without --target on the machine, or pull it first")]
+    extra = scanned + native_code_findings(src, report)
     compatible = report.compatible and not any(f.severity == "error" for f in extra)
     return CompatReport(compatible, report.findings + tuple(extra), report.variants)
 

@@ -36,12 +36,15 @@ def resolve_device(requested: DeviceLike | None) -> Device:
 
 
 def probe(device: DeviceLike | None = None, imports: Sequence[str] = (), libraries: Sequence[str] = (), *,
-          cpu_isa: bool = True, ops: Sequence[str] | None = None) -> Target:
+          cpu_isa: bool = True, ops: Sequence[str] | None = None,
+          operators: Sequence[str] | None = None) -> Target:
     """Describe this process's runtime for ``device`` (default: ``default_device()``).
 
     ``imports``/``libraries`` register custom ops first. ``cpu_isa=False`` leaves the CPU ISA
     out of the target (it matters only for AOTInductor CPU variants; reading it is cheap).
-    ``ops`` (dispatcher names such as ``ns::op``) limits the custom-op table to those ops.
+    ``ops`` (dispatcher names such as ``ns::op``) limits the custom-op table to those ops;
+    ``operators`` limits the schema digests (``Target.op_schemas``) to those (default: every
+    registered operator, ~30 ms).
     Raises IncompatibleError when the device type is not usable here (e.g. cuda without a GPU).
     """
     from . import torchrt as rt
@@ -66,6 +69,8 @@ def probe(device: DeviceLike | None = None, imports: Sequence[str] = (), librari
         cpu_isa=rt.cpu_isa() if cpu_isa else None,
         custom_ops=ops,
         torchbind_classes=tuple(rt.torchbind_classes()),
+        op_schemas=rt.op_schema_digests(operators),
+        cxx11_abi=rt.cxx11_abi(),
     )
 
 

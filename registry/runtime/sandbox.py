@@ -118,26 +118,35 @@ def _torch_version() -> str:
     return str(torch().__version__)
 
 
-def _is_vetted(path: Path, entry: str, torch_version: str) -> bool:
+def _verdicts(path: Path) -> dict[str, list[str]]:
+    """torch version -> the entries vetted under it, from a verdict file (both layouts: the
+    per-torch ``{"verdicts": {...}}``, and the older ``{"torch": V, "ok": [...]}``)."""
     try:
         doc = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("torch") == torch_version and entry in (doc.get("ok") or [])
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    found = doc.get("verdicts") if isinstance(doc.get("verdicts"), dict) else \
+        ({doc["torch"]: doc.get("ok")} if isinstance(doc.get("torch"), str) else {})
+    return {str(v): [e for e in entries if isinstance(e, str)] for v, entries in found.items()
+            if isinstance(entries, list)}
+
+
+def _is_vetted(path: Path, entry: str, torch_version: str) -> bool:
+    return entry in _verdicts(path).get(torch_version, [])
 
 
 def _remember(path: Path, entry: str, torch_version: str) -> None:
+    """Add ``entry`` under ``torch_version``, keeping the verdicts of other torches: switching
+    torch and back checks nothing again (one verdict per program and torch)."""
     from ..atomic import atomic_write
 
-    try:
-        doc = json.loads(path.read_text("utf-8"))
-        ok = doc.get("ok") if isinstance(doc, dict) and doc.get("torch") == torch_version else []
-    except (OSError, ValueError):
-        ok = []
-    ok = sorted(set(ok if isinstance(ok, list) else []) | {entry})
+    verdicts = _verdicts(path)
+    verdicts[torch_version] = sorted(set(verdicts.get(torch_version, [])) | {entry})
     try:
         with atomic_write(path, fsync=False) as f:
-            f.write(json.dumps({"torch": torch_version, "ok": ok}).encode("utf-8"))
+            f.write(json.dumps({"verdicts": verdicts}, sort_keys=True).encode("utf-8"))
     except OSError:
         pass  # a read-only home: the next load is vetted again
 

@@ -14,6 +14,10 @@ needs only ``torch_version``, ``serde_schema`` and ``device_type``::
 ``custom_ops`` is keyed by the dispatcher's operator name: ``ns::op`` for the default overload,
 ``ns::op.overload`` otherwise (a manifest op's ``RequiredOp.dispatcher_name``). It lists every registered operator outside
 torch's built-in namespaces with its schema and the dispatch keys that have a kernel.
+``op_schemas`` (optional) maps every registered operator's dispatcher name, torch's own
+included, to ``schema_digest`` of its schema: what the operator rule compares a program's
+``operators`` with (``pt2reg target --json`` records all of them; a live probe those a bundle
+needs). ``cxx11_abi``: whether its torch uses libstdc++'s C++11 ABI (AOTInductor packages).
 
 Pure: no torch, no IO except ``Target.load``.
 """
@@ -28,7 +32,7 @@ from typing import Any, Mapping
 
 from ..errors import UsageError
 
-__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "TORCH_OP_NAMESPACES", "is_torch_namespace"]
+__all__ = ["Target", "OpInfo", "TARGET_FORMAT", "TORCH_OP_NAMESPACES", "is_torch_namespace", "schema_digest"]
 
 #: Operator namespaces torch registers itself (its C++ libraries and its own Python modules:
 #: quantization, distributed, inductor, export, ONNX, ...), beyond the built-in ones the op table
@@ -40,7 +44,7 @@ TORCH_OP_NAMESPACES = frozenset({
     "static_runtime", "c10d", "c10d_functional", "_c10d_functional", "_c10d_functional_autograd", "_dtensor",
     "symm_mem", "fsdp", "inductor", "inductor_prims", "_inductor_test", "flex_lib", "export", "onnx",
     "onnx_symbolic", "streams", "debug_mode_ops", "_native", "_test", "cuda", "xpu", "mps", "_nvshmem",
-    "nvshmem", "_cudnn", "cudnn", "_fbgemm", "_caffe2", "_aoti",
+    "nvshmem", "_cudnn", "cudnn", "_fbgemm", "_caffe2", "_aoti", "prepacked",
 })
 _TORCH_NS_PREFIXES = ("_c10d", "c10d", "_dtensor", "symm_mem", "_symm_mem", "inductor", "_inductor", "mkldnn",
                       "onnx", "_quantized", "quantized", "prims")
@@ -56,7 +60,16 @@ _DEVICE_TYPE = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _OPTIONAL_STR = ("cuda_version", "rocm_version", "platform", "machine", "cpu_isa")
 _KNOWN_KEYS = {"format", "kind", "torch_version", "serde_schema", "device_type", "compute_capability",
-               "custom_ops", "torchbind_classes", *_OPTIONAL_STR}
+               "custom_ops", "torchbind_classes", "op_schemas", "cxx11_abi", *_OPTIONAL_STR}
+_DIGEST16 = re.compile(r"^[0-9a-f]{16}$")
+
+
+def schema_digest(schema: str) -> str:
+    """16 hex digits of sha256 over an operator schema with its whitespace normalized: how a
+    target records a schema (a full table is ~4,400 operators)."""
+    import hashlib
+
+    return hashlib.sha256(" ".join(schema.split()).encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -88,11 +101,15 @@ class Target:
     cpu_isa: str | None = None
     custom_ops: Mapping[str, OpInfo] = field(default_factory=dict, hash=False)
     torchbind_classes: tuple[str, ...] = ()
+    #: dispatcher name -> ``schema_digest`` of its schema; empty: not recorded (not checked)
+    op_schemas: Mapping[str, str] = field(default_factory=dict, hash=False)
+    cxx11_abi: bool | None = None
 
     def __post_init__(self) -> None:
         # A frozen value must not share a mutable dict with its caller.
         object.__setattr__(self, "custom_ops", MappingProxyType(dict(self.custom_ops)))
         object.__setattr__(self, "torchbind_classes", tuple(self.torchbind_classes))
+        object.__setattr__(self, "op_schemas", MappingProxyType(dict(self.op_schemas)))
 
     @property
     def compute_capability_str(self) -> str | None:
@@ -116,6 +133,7 @@ class Target:
         """``to_json()`` without the (long) op table: for reports."""
         out = self.to_json()
         out["custom_ops"] = len(self.custom_ops)
+        out["op_schemas"] = len(self.op_schemas)
         spaces = self.op_namespaces()
         out["torch_ops"] = sum(spaces["torch"].values())
         out["user_ops"] = sum(spaces["user"].values())
@@ -134,6 +152,8 @@ class Target:
             "custom_ops": {k: {"schema": v.schema, "dispatch_keys": list(v.dispatch_keys)}
                            for k, v in sorted(self.custom_ops.items())},
             "torchbind_classes": sorted(self.torchbind_classes),
+            **({"op_schemas": dict(sorted(self.op_schemas.items()))} if self.op_schemas else {}),
+            **({"cxx11_abi": self.cxx11_abi} if self.cxx11_abi is not None else {}),
         }
 
     @classmethod
@@ -172,12 +192,22 @@ class Target:
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
             problems.append("torchbind_classes must be a list of class names")
             classes = []
+        schemas = raw.get("op_schemas", {})
+        if not isinstance(schemas, dict) or not all(isinstance(k, str) and _OP_NAME.match(k) and isinstance(v, str)
+                                                     and _DIGEST16.match(v) for k, v in schemas.items()):
+            problems.append("op_schemas must map operator names to 16 hex digits (schema_digest)")
+            schemas = {}
+        abi = raw.get("cxx11_abi")
+        if abi is not None and not isinstance(abi, bool):
+            problems.append("cxx11_abi must be true, false or null")
+            abi = None
         if problems:
             more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
             raise UsageError(f"{where} is invalid: {'; '.join(problems[:3])}{more}",
                              hint="produce one with `pt2reg target --json`")
         return cls(torch_version=torch_version, serde_schema=serde, device_type=device_type,  # type: ignore[arg-type]
-                   compute_capability=cc, custom_ops=ops, torchbind_classes=tuple(classes), **optional)
+                   compute_capability=cc, custom_ops=ops, torchbind_classes=tuple(classes), op_schemas=schemas,
+                   cxx11_abi=abi, **optional)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Target":

@@ -47,7 +47,9 @@ __all__ = [
     "load_inputs_file", "flatten_outputs", "environment", "import_modules", "load_libraries",
     "quiet_torch", "torch_loading", "restore_guards",
     "DISPATCH_KEYS", "serde_schema_version", "has_kernel", "registered_custom_ops", "all_op_schemas",
-    "torchbind_classes", "cpu_isa", "cuda_capability", "cuda_available", "device_available", "hip_version",
+    "op_schema_digests",
+    "torchbind_classes", "cpu_isa", "cxx11_abi", "cuda_capability", "cuda_available", "device_available",
+    "hip_version",
     "move_to_device", "device_unavailable", "load_aoti", "bind_call", "to_device",
     "tree_flatten", "tree_unflatten", "treespec_loads",
     "PytreeStandIn", "pytree_registered", "stand_in_pytree_classes", "pytree_missing", "module_to_import",
@@ -55,10 +57,35 @@ __all__ = [
 ]
 
 
+_torch_checked = False   # whether this process's torch passed ``check_torch_version``
+
+
 def torch():  # noqa: D103 - the lazy import itself
     import torch as _torch
 
+    global _torch_checked
+    if not _torch_checked:
+        check_torch_version(str(_torch.__version__))
+        _torch_checked = True
     return _torch
+
+
+def check_torch_version(version: str) -> None:
+    """IncompatibleError (exit 4) for a torch older than the oldest supported release
+    (``registry.pt2.window.FLOOR``, pyproject's ``torch>=``): its serializer and private APIs
+    are not the ones this code reads, so it is refused in one line rather than half-working.
+    A newer torch is allowed: the compatibility window decides per program, and the decoder
+    fast paths fall back to torch's own code when its source differs."""
+    from ..pt2.window import FLOOR, RELEASES
+
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    if m is None:
+        return  # a build without a version number: nothing to compare
+    floor = tuple(int(p) for p in FLOOR.split("."))
+    if (int(m.group(1)), int(m.group(2))) < floor:
+        newest = max(RELEASES, key=lambda r: tuple(int(p) for p in r.split(".")))
+        raise IncompatibleError(f"torch {version} is older than pt2-registry supports (torch {FLOOR} to {newest})",
+                                hint=f"upgrade torch: pip install 'torch>={FLOOR}'")
 
 
 def save_exported_program(ep: Any, path: str | os.PathLike) -> None:
@@ -342,14 +369,22 @@ def _install_read_guard() -> None:
     reader.read_bytes = read_bytes
 
 
-#: sha256 of the source of torch's ``_dict_to_dataclass`` and ``_resolve_schema_cls`` (torch
-#: 2.13), the behaviour ``schema_decoding.SchemaDecoder`` ports; with other sources (another
-#: torch) programs are decoded by torch's own function
-DECODER_PORTS = frozenset({"b36642713402e0c924477d35118b62fb21379949d02d7b87b85caa7d0d1afef4"})
-#: sha256 of the source of ``_Union.create``, ``_Union.__post_init__`` and ``_UnionTag.create``
-#: (torch 2.13), what ``_union_constructor`` builds directly; with other sources each tagged
-#: union is built by its ``create``
-UNION_PORTS = frozenset({"9a133f30879ca3b50f929e06e8f6d0e4e4502d220c1916cafb55218ac6a56abe"})
+#: ``_source_digest`` (the source without comments, docstrings and annotations) of torch's
+#: ``_dict_to_dataclass`` and ``_resolve_schema_cls``, the behaviour
+#: ``schema_decoding.SchemaDecoder`` ports: torch 2.13.0 and 2.14.1 (2.14 only added
+#: annotations); 2.11.0 (it tests ``get_origin(cls) == typing.Union`` where 2.13 also accepts
+#: ``types.UnionType``: the same for its schema, whose optionals are all ``Optional[...]``);
+#: 2.10.0 (that, and bare ``assert``s where 2.11 on raise ``AssertionError`` with a message:
+#: the same checks). With other code (another torch) programs are decoded by torch's own
+#: function, and ``tests/unit/test_schema_decoding.py`` fails on a supported torch until it is ported
+DECODER_PORTS = frozenset({"ff5b136bceed364bf594598d25246aa77cbf88f67e5af2b2899781c319b5c905",   # 2.13, 2.14
+                           "15e38ce0fbb0059d9d2a769647ff286f4932228f1680342a39efed2a2af9b0ad",   # 2.11
+                           "b62840f48593ceb7807e4ab9246289530db8a5227e0d28c665d88badc55fdd2d"})  # 2.10
+#: the same of ``_Union.create``, ``_Union.__post_init__`` and ``_UnionTag.create`` (torch 2.11.0
+#: to 2.14.1; 2.10.0's bare ``assert``s make the same checks), what ``_union_constructor`` builds
+#: directly; with other code each tagged union is built by its ``create``
+UNION_PORTS = frozenset({"e3e6179fb13b738c6ef4871c77d43b995fb3ac25368d584342c836eef65ad391",    # 2.11 to 2.14
+                         "debd4bd8d4ca206491eed821899b5b1943873f57d207d3ba7ee20a13d26c9d23"})   # 2.10
 _DECODING = threading.local()   # ``active`` while this thread runs one of the registry's loads
 _DECODER_LOCK = threading.Lock()
 _decoder_installed: bool | None = None   # once tried: whether it is
@@ -413,12 +448,47 @@ def _route_decoder() -> bool:
 
 
 def _source_digest(*functions: Any) -> str | None:
+    """sha256 of what the functions *do*: their source parsed and printed again without
+    comments, docstrings or type annotations (``_behaviour``), so a torch release that only
+    annotates or re-documents a ported function keeps the fast path; None when the source
+    cannot be read or parsed."""
     import inspect
 
     try:
-        return hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode("utf-8")).hexdigest()
-    except (OSError, TypeError):
+        text = "\n".join(_behaviour(inspect.getsource(f)) for f in functions)
+    except (OSError, TypeError, SyntaxError, ValueError):
         return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _behaviour(source: str) -> str:
+    """``source`` (one function or class, maybe indented) as ``ast.unparse`` prints it with
+    every annotation, docstring and comment removed."""
+    import ast
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(source))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                        node.args.vararg, node.args.kwarg):
+                if arg is not None:
+                    arg.annotation = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    for node in list(ast.walk(tree)):  # ``x: T = v`` -> ``x = v``; a bare ``x: T`` says nothing
+        for field_name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field_name, None)
+            if isinstance(stmts, list):
+                kept = [ast.Assign(targets=[s.target], value=s.value, lineno=s.lineno) if isinstance(s, ast.AnnAssign)
+                        and s.value is not None else s for s in stmts
+                        if not (isinstance(s, ast.AnnAssign) and s.value is None)]
+                setattr(node, field_name, kept or [ast.Pass()])
+    return ast.unparse(tree)
 
 
 _RESERVED_UNION_FIELDS = ("type", "_type", "create", "value")
@@ -777,6 +847,20 @@ def registered_custom_ops(only: Iterable[str] | None = None) -> dict[str, dict[s
     return out
 
 
+def op_schema_digests(only: Iterable[str] | None = None) -> dict[str, str]:
+    """``schema_digest`` of the schema of every registered operator (or just those named in
+    ``only``, dispatcher names ``ns::op[.overload]``; absent ones are left out), keyed by
+    dispatcher name: what a target records for the operator rule (~4,400 operators, ~30 ms)."""
+    from .target import schema_digest
+
+    t = torch()
+    if only is not None:
+        found = ((op, _schema(op)) for op in only)
+        return {op: schema_digest(s) for op, s in found if s is not None}
+    return {s.name + (f".{s.overload_name}" if s.overload_name else ""): schema_digest(str(s))
+            for s in t._C._jit_get_all_schemas()}  # private, stable since 1.x
+
+
 def torchbind_classes() -> list[str]:
     """Qualified names (``__torch__.torch.classes.ns.Cls``) of registered TorchBind classes."""
     names: set[str] = set()
@@ -845,6 +929,15 @@ def _cpuinfo_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+def cxx11_abi() -> bool | None:
+    """Whether this torch was built with libstdc++'s C++11 ABI (what an AOTInductor package's
+    C++ is compiled against); None when torch does not say."""
+    t = torch()
+    public = getattr(t, "compiled_with_cxx11_abi", None)
+    flag = public() if callable(public) else getattr(t._C, "_GLIBCXX_USE_CXX11_ABI", None)  # private fallback
+    return bool(flag) if flag is not None else None
 
 
 def cuda_available() -> bool:
@@ -926,6 +1019,9 @@ def load_aoti(path: str | os.PathLike, model_name: str, device: Any, label: str 
     t = torch()
     from torch.export.pt2_archive._package import load_pt2  # private: the runners by model name
 
+    # torch 2.10's loader reads ``torch._inductor.codecache`` without importing it: an
+    # AttributeError in a process that compiled nothing (the sandbox's child, a server)
+    importlib.import_module("torch._inductor.codecache")
     dev = Device.parse(device)
     index = dev.index
     if dev.type == "cuda" and t.cuda.is_available():
@@ -1132,7 +1228,8 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
                  options: dict[str, Any] | None = None) -> dict[str, str]:
     """Compile one program of a verified `.pt2` with AOTInductor for ``device`` into the
     single-model package ``out`` (model name "model", as Triton's PyTorch backend loads it).
-    Returns the package's ``AOTI_*`` target metadata, read from the package's own metadata JSON
+    Returns the package's ``AOTI_*`` and ``PT2REG_*`` (compiling torch, C++ ABI) target metadata,
+    read from the package's own metadata JSON
     (what the bundler reads), not by loading it here: torch's loader has crashed this process
     on a benign CUDA package (torch 2.11 on an H100), and the caller vets the first load in the
     sandbox child."""
@@ -1143,10 +1240,18 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
     # normalized bundles drop the example inputs; inductor wants some, on the device
     ep.example_inputs = _example_inputs(ep)
     what = f"program {program or archive_name!r}" + (f" of {label}" if label else "")
+    configs = dict(options or AOTI_OPTIONS)
+    if options is None and not (ep.state_dict or ep.constants):
+        # no weights: torch's loader fails mapping an empty weights file ("mmap() failed", 2.13)
+        configs = {}
+    # which torch compiled it and its C++ ABI, in the package's own metadata (the bundler's
+    # ``aoti_target`` records them): the runtime must match both
+    abi = cxx11_abi()
+    configs["aot_inductor.metadata"] = {**configs.get("aot_inductor.metadata", {}), "PT2REG_TORCH": str(t.__version__),
+                                        **({"PT2REG_CXX11_ABI": "1" if abi else "0"} if abi is not None else {})}
     try:
         with quiet_torch():
-            t._inductor.aoti_compile_and_package(ep, package_path=os.fspath(out),
-                                                 inductor_configs=dict(options or AOTI_OPTIONS))
+            t._inductor.aoti_compile_and_package(ep, package_path=os.fspath(out), inductor_configs=configs)
     except Exception as exc:  # a compiler error: one line naming the program
         raise IncompatibleError(f"AOTInductor could not compile {what} for {device}: "
                                 f"{type(exc).__name__}: {brief(exc, 300)}",
@@ -1157,7 +1262,7 @@ def aoti_compile(path: str | os.PathLike, archive_name: str, out: str | os.PathL
     if list(models) != ["model"]:
         raise IncompatibleError(f"AOTInductor compiled {what} into models {sorted(models)}, expected one "
                                 f"named 'model'")
-    return {k: v for k, v in models["model"]["metadata"].items() if k.startswith("AOTI_")}
+    return {k: v for k, v in models["model"]["metadata"].items() if k.startswith(("AOTI_", "PT2REG_"))}
 
 
 def _example_inputs(ep: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

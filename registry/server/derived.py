@@ -1,4 +1,5 @@
-"""What a publish records beside a manifest, derived from the manifest the server verified.
+"""What a publish records beside a manifest, derived from the manifest the server verified;
+and the typed manifest of a stored version (``manifest_of``), for pages and ``/v1/compat``.
 
 A version's size, its metadata (what ``show``, the web pages and search display) and the blobs
 it needs are functions of its manifest, so the server computes them from the manifest text it
@@ -17,6 +18,8 @@ facts other than parents (datasets, run id, commit, code URI), the claimed ``hos
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -25,7 +28,7 @@ from ..errors import IntegrityError, ManifestError
 from ..format.manifest import Manifest, recorded_facts, stored_blobs
 from ..format.packs import PackIndex
 
-__all__ = ["Derived", "derive", "require_agreement"]
+__all__ = ["Derived", "derive", "require_agreement", "manifest_of"]
 
 _SHOWN = 80   # characters of a client's value quoted in an error
 
@@ -103,3 +106,29 @@ def _first_difference(sent: dict[str, Any], manifest: dict[str, Any]) -> str:
 def _quoted(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+_MANIFESTS: "OrderedDict[str, Manifest]" = OrderedDict()
+_MANIFESTS_KEPT = 256
+_MANIFESTS_LOCK = threading.Lock()
+
+
+def manifest_of(version: Any) -> Manifest:
+    """A stored version's typed manifest (pages, ``/v1/compat``). A version's digest is its
+    manifest's sha256, so the parsed (and schema-validated) view is kept by digest: a second
+    view of the same bytes skips the validation. IntegrityError when the stored manifest does
+    not hash to the version's digest (the database was altered)."""
+    with _MANIFESTS_LOCK:
+        cached = _MANIFESTS.get(version.digest)
+        if cached is not None:
+            _MANIFESTS.move_to_end(version.digest)
+            return cached
+    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
+    if manifest.digest != version.digest:
+        raise IntegrityError(f"{version.name}@{version.number}: the stored manifest does not match its digest "
+                             f"{version.digest}", hint="the metadata database was altered; restore it from a backup")
+    with _MANIFESTS_LOCK:
+        _MANIFESTS[version.digest] = manifest
+        while len(_MANIFESTS) > _MANIFESTS_KEPT:
+            _MANIFESTS.popitem(last=False)
+    return manifest

@@ -135,6 +135,27 @@ def add_signature(request: Request, call: Call = on_model("push", "body:name")) 
     return {"signature": encode(record)}
 
 
+@router.post("/v1/compat", tags=["models"],
+             openapi_extra=json_body_doc(ref="string", target="object", device="string", trust_native="boolean"))
+def compat(request: Request, call: Call = on_model("pull", "body:ref")) -> dict[str, Any]:
+    """Can the runtime ``target`` (``pt2reg target --json``) load the version ``ref`` names?
+    Decided from its manifest alone (the window, operators, devices, variants): the
+    ``pt2reg verify --target`` report, without the rules about the asking process. AOTInductor
+    variants count only with ``trust_native`` (the server does not know the caller's trust)."""
+    from ..runtime.compat import check
+    from ..runtime.device import Device
+    from ..runtime.target import Target
+
+    body = call.body
+    version = server_state(request).meta.resolve(Ref.parse(fields.text(body, "ref", max_len=512)))
+    target = Target.from_json(fields.mapping(body, "target"), where="target")
+    device = fields.opt_text(body, "device", max_len=64)
+    report = check(derived.manifest_of(version), target, Device.parse(device) if device else None,
+                   allow_native=fields.flag(body, "trust_native"), this_process=False)
+    return {**report.to_json(), "ref": f"{version.name}@{version.number}", "digest": version.digest,
+            "target": target.summary()}
+
+
 @router.get("/v1/alias-at", tags=["models"])
 def alias_at(request: Request, name: str, alias: str, when: str,
              call: Call = on_model("pull", "query:name")) -> dict[str, Any]:

@@ -309,7 +309,7 @@ def test_first_load_is_vetted_once_then_cached(home, bundles, spawns, sandbox_on
     assert child.count("--program") == 2 and {"encoder", "decoder"} <= set(model)
     assert "--memory" in child and "--seconds" in child and "--trust-pickle" not in child
     vetted = sorted((cache / "vetted").iterdir())
-    assert len(vetted) == 2 and json.loads(vetted[0].read_text())["torch"] == torch.__version__
+    assert len(vetted) == 2 and list(json.loads(vetted[0].read_text())["verdicts"]) == [torch.__version__]
     spawns.clear()
     again = load(bundles["ed"], cache_dir=cache)  # the verdict is cached by digest: no child
     assert spawns == [] and [r.ok for r in again.run_samples()] == [True, True]
@@ -406,7 +406,7 @@ def test_one_verdict_serves_every_device_and_the_child_never_names_it(home, bund
     cache = tmp_path / "c"
     load(bundles["v3"], cache_dir=cache, device="cpu")
     (child,) = spawns
-    entries = [json.loads(p.read_text())["ok"] for p in (cache / "vetted").iterdir()]
+    entries = [json.loads(p.read_text())["verdicts"][torch.__version__] for p in (cache / "vetted").iterdir()]
     assert entries and all(e == ["exported_program:model"] for e in entries)
     spawns.clear()
     load(bundles["v3"], cache_dir=cache, device="meta")  # another device: no second child
@@ -463,3 +463,20 @@ def test_torch_saying_a_device_is_missing_is_exit_4():
     with pytest.raises(UnsafeArchiveError.__mro__[1]):  # IntegrityError: anything else is still exit 5
         with torch_loading("program 'model'", "damaged"):
             raise RuntimeError("unexpected EOF in the archive")
+
+
+def test_verdicts_are_kept_per_torch(tmp_path):
+    """Switching torch and back vets nothing again: each torch's verdicts are kept beside the
+    others' (and the older one-torch layout is still read)."""
+    record = tmp_path / "ab.json"
+    record.write_text(json.dumps({"torch": "2.13.0+cpu", "ok": ["exported_program:model"]}))  # the older layout
+    assert sandbox_mod._is_vetted(record, "exported_program:model", "2.13.0+cpu")
+    assert not sandbox_mod._is_vetted(record, "exported_program:model", "2.14.1")
+    sandbox_mod._remember(record, "exported_program:model", "2.14.1")
+    sandbox_mod._remember(record, "aoti:model:cuda", "2.14.1")
+    for version in ("2.13.0+cpu", "2.14.1"):
+        assert sandbox_mod._is_vetted(record, "exported_program:model", version)
+    assert sandbox_mod._is_vetted(record, "aoti:model:cuda", "2.14.1")
+    assert not sandbox_mod._is_vetted(record, "aoti:model:cuda", "2.13.0+cpu")
+    record.write_text("not json")
+    assert not sandbox_mod._is_vetted(record, "exported_program:model", "2.14.1")

@@ -357,3 +357,121 @@ def test_report_collects_every_finding_at_once_and_serializes():
     assert set(doc["findings"][0]) == {"severity", "code", "program", "message", "why", "fix"}
     assert all("\n" not in f.message for f in report.findings)
     assert len(report.errors) + len(report.warnings) == len(report.findings)
+
+
+# ------------------------------------------------------------- issue 42: windows and operators
+
+def windowed(torch: str = "2.10", schema: tuple[int, int] = (8, 15), features: tuple[str, ...] = (),
+             **fields: Any) -> dict:
+    """A program written by torch 2.13 (schema 8.20) whose window is ``torch``/``schema``."""
+    prog = program(**fields)
+    prog["serialization"]["window"] = {"torch": torch, "schema": list(schema), "features": list(features)}
+    return prog
+
+
+T211 = Target("2.11.0+cu130", (8, 17), "cpu", platform="linux", machine="x86_64")
+
+
+def test_a_window_older_than_the_writer_admits_an_older_torch():
+    """Written by 2.13 (schema 8.20) but using nothing newer than 2.10's: 2.11 (8.17) reads it."""
+    report = check(manifest({"p": windowed()}, torch=">=2.10"), T211)
+    assert report.compatible and report.findings == ()
+
+
+def test_a_window_newer_than_the_target_is_exit_4_naming_both_torches():
+    m = manifest({"p": windowed("2.12", (8, 20), ("ScalarType.UINT32 (torch 2.12)",))}, torch=">=2.12")
+    report = check(m, T211)
+    assert ("error", "serde-schema") in codes(report.findings)
+    f = next(f for f in report.findings if f.code == "serde-schema")
+    assert "needs torch >= 2.12" in f.message and "ScalarType.UINT32" in f.message
+    assert "2.11.0+cu130 reads up to schema 8.17" in f.message
+    assert "torch >= 2.12" in f.fix and "re-export" in f.fix
+    # the requirement's fix does not suggest lowering it: the window excludes 2.11 anyway
+    req = next(f for f in report.findings if f.code == "torch-version")
+    assert "--torch-requirement" not in req.fix
+
+
+def test_a_requirement_the_window_would_allow_names_torch_requirement():
+    """Bundles made before windows were recorded required the exporter's torch: the fix says
+    how to rebuild one whose programs an older torch reads."""
+    report = check(manifest({"p": windowed()}, torch=">=2.13"), T211)
+    assert codes(report.findings) == [("error", "torch-version")]
+    assert "--torch-requirement '>=2.11'" in report.findings[0].fix
+
+
+def test_a_bundle_without_a_window_falls_back_to_the_writers_schema_as_a_warning():
+    report = check(manifest(torch=">=2.10"), T211)
+    assert codes(report.findings) == [("warning", "serde-minor")]
+    assert "re-bundle" in report.findings[0].fix
+
+
+def _op(name: str, overload: str, schema: str) -> dict:
+    ns, op = name.split("::")
+    return {"name": name, "overload": overload, "target": f"torch.ops.{ns}.{op}.{overload}", "schema": schema}
+
+
+ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+
+
+def _with_schemas(base: Target, schemas: dict[str, str]) -> Target:
+    from dataclasses import replace
+
+    from registry.runtime.target import schema_digest
+
+    return replace(base, op_schemas={k: schema_digest(v) for k, v in schemas.items()})
+
+
+def test_operators_are_checked_against_the_targets_registry():
+    prog = windowed(operators=[_op("aten::add", "Tensor", ADD)])
+    same = _with_schemas(T211, {"aten::add.Tensor": "  " + ADD.replace(", ", " ,  ").replace(" ,  ", ", ")})
+    assert check(manifest({"p": prog}, torch=">=2.10"), same).compatible
+    missing = _with_schemas(T211, {"aten::mul.Tensor": ADD})
+    report = check(manifest({"p": prog}, torch=">=2.10"), missing)
+    assert codes(report.findings) == [("error", "operator-missing")]
+    assert "aten::add.Tensor" in report.findings[0].message and "2.11.0+cu130" in report.findings[0].message
+    changed = _with_schemas(T211, {"aten::add.Tensor": ADD.replace("alpha=1", "alpha=1, bool fast=False")})
+    report = check(manifest({"p": prog}, torch=">=2.10"), changed)
+    assert codes(report.findings) == [("error", "operator-schema")]
+    assert "matched by name" in report.findings[0].why
+
+
+def test_operators_are_not_checked_against_a_target_that_records_none():
+    prog = windowed(operators=[_op("aten::add", "Tensor", ADD)])
+    assert check(manifest({"p": prog}, torch=">=2.10"), T211).compatible
+
+
+def test_operators_do_not_matter_when_an_aoti_variant_is_chosen():
+    prog = windowed(operators=[_op("aten::add", "Tensor", ADD)], variants=(aoti(cpu_isa=None),))
+    report = check(manifest({"p": prog}, torch=">=2.10"), _with_schemas(T211, {"aten::mul.Tensor": ADD}))
+    assert report.choices["p"][0] == "aoti-cpu-x86_64" and report.compatible
+
+
+@pytest.mark.parametrize("built, abi, words", [
+    ("2.12.0+cpu", None, "compiled by torch 2.12.0+cpu, the target runs torch 2.11.0+cu130"),
+    ("2.11.0", False, "pre-C++11 libstdc++ ABI"),
+])
+def test_aoti_variants_run_only_on_the_torch_and_abi_that_compiled_them(built, abi, words):
+    from dataclasses import replace
+
+    variant = aoti(cpu_isa=None)
+    variant["target"].update(torch_version=built, cxx11_abi=abi)
+    target = replace(T211, cxx11_abi=True)
+    m = manifest({"p": windowed(variants=(variant,))}, torch=">=2.10")
+    report = check(m, target)
+    assert report.choices["p"][0] == "portable" and words in report.choices["p"][1]
+    only = manifest({"p": windowed(portable=False, variants=(variant,))}, torch=">=2.10")
+    assert ("error", "aoti-target") in codes(check(only, target).findings)
+    variant["target"].update(torch_version="2.11.1", cxx11_abi=True)   # same major.minor, same ABI
+    assert check(manifest({"p": windowed(variants=(variant,))}, torch=">=2.10"), target).choices["p"][0] != "portable"
+
+
+def test_release_matrix_answers_per_supported_torch_from_the_manifest():
+    from registry.runtime.compat import release_matrix
+
+    m = manifest({"a": windowed(), "b": windowed("2.12", (8, 20), ("Argument.as_float_lists (torch 2.12)",))},
+                 torch=">=2.10")
+    verdicts = {v.release: v for v in release_matrix(m)}
+    assert [r for r, v in verdicts.items() if v.ok] == ["2.12", "2.13", "2.14"]
+    assert "program 'b' needs torch >= 2.12" in verdicts["2.11"].reason
+    pinned = {v.release: v.ok for v in release_matrix(manifest({"a": windowed()}, torch=">=2.13"))}
+    assert pinned == {"2.10": False, "2.11": False, "2.12": False, "2.13": True, "2.14": True}

@@ -84,7 +84,8 @@ def test_mapped_load_equals_torchs_copy(program: Path) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
-def test_weights_are_a_private_map_of_the_file_not_copies(program: Path, tmp_path: Path) -> None:
+def test_weights_are_a_private_map_of_the_file_not_copies(canonical: Path, tmp_path: Path) -> None:
+    program = canonical  # as bundles hold it: mapped on every torch (2.10/2.11 readers lack record sizes)
     own = tmp_path / "own.pt2"  # a file of its own: no other test's mapping of it
     own.write_bytes(program.read_bytes())
     before = _sha(own)
@@ -130,11 +131,13 @@ def test_a_mapped_load_in_one_thread_leaves_another_threads_load_copying(program
     assert torch.equal(a.state_dict["proj.bias"], b.state_dict["proj.bias"])  # type: ignore[attr-defined]
 
 
-def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_copy(program: Path) -> None:
+def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_copy(canonical: Path) -> None:
     """Misaligned for its dtype, or past the end of the file: no partial map, torch copies."""
     import torch.export.pt2_archive._package as package
 
+    program = canonical  # as bundles hold it: mapped on every torch (2.10/2.11 readers lack record sizes)
     storage = torch.UntypedStorage.from_file(str(program), shared=False, nbytes=program.stat().st_size)
+    torchrt._MAPPING.path = str(program)  # where a reader without record sizes finds them
     with package.PT2ArchiveReader(str(program)) as reader:
         config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
         assert torchrt._mapped_file_map(reader, config, "data/weights", storage)  # as found: mapped
@@ -152,6 +155,7 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
         for by in (1, program.stat().st_size):
             shifted = type("Reader", (), {"archive_file": Shifted(by)})()
             assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
+    del torchrt._MAPPING.path
 
 
 class _OlderReader:
@@ -228,12 +232,13 @@ def _weight_records(path: Path) -> frozenset[str]:
     return frozenset(n for n in names if n.startswith(("data/weights/", "data/constants/")) and not n.endswith(".json"))
 
 
-def test_records_not_verified_yet_are_mapped_never_read(program: Path) -> None:
+def test_records_not_verified_yet_are_mapped_never_read(canonical: Path) -> None:
     """A cold load deserializes while the raw weights are still being fetched (``unverified``):
     the mapped load reads none of them and gives torch's values; a load that would read one
     (torch's copy: asked for, or because a record cannot be viewed in place) raises
     ``WeightsNotVerified`` before it reads anything, so the loader waits and loads again."""
     import torch.export.pt2_archive._package as package
+    program = canonical  # as bundles hold it: mapped on every torch (2.10/2.11 readers lack record sizes)
 
     records = _weight_records(program)
     assert len(records) >= 8

@@ -98,6 +98,7 @@ def test_the_protocol_table_is_mounted(app: Any) -> None:
     table = {
         ("GET", "/v1/whoami"), ("GET", "/v1/models"), ("GET", "/v1/versions"), ("GET", "/v1/resolve"),
         ("GET", "/v1/build"), ("GET", "/v1/signatures"), ("POST", "/v1/signatures"), ("GET", "/v1/alias-at"),
+        ("POST", "/v1/compat"),
         ("GET", "/v1/lineage"), ("GET", "/v1/lineage/dataset"), ("POST", "/v1/publish"),
         ("PUT", "/v1/alias"), ("DELETE", "/v1/alias"), ("POST", "/v1/status"), ("POST", "/v1/events"),
         ("GET", "/v1/audit/events"), ("GET", "/v1/audit/hashes"), ("GET", "/v1/audit/verify"),

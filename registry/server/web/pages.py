@@ -9,9 +9,7 @@ POST only from the registry's own pages (``origin``: a same-origin ``Origin`` or
 """
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -21,8 +19,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ...access.scopes import AUDIT_READ
 from ...errors import NotAuthenticatedError, RegistryError, UsageError
-from ...format.manifest import Manifest, baked_device_groups
+from ...format.manifest import baked_device_groups
 from ...refs import Ref
+from ...runtime.compat import release_matrix
+from ..derived import manifest_of
 from ..auth import SESSION_COOKIE, Call, on_page, page_authenticated, page_scope, public
 from ..fields import when as parse_when
 from ..routes import redacted_node
@@ -197,29 +197,6 @@ def _attestations(meta: Any, name: str, number: int) -> list[Any] | None:
     return lister(name, number) if lister is not None else None
 
 
-_MANIFESTS: "OrderedDict[str, Manifest]" = OrderedDict()
-_MANIFESTS_KEPT = 256
-_MANIFESTS_LOCK = threading.Lock()
-
-
-def _manifest(version: Any) -> Manifest:
-    """The version's typed manifest. A version's digest is its manifest's sha256, so the
-    parsed (and schema-validated) view is kept by digest: a second view of the same bytes
-    skips the validation. The parsed digest is checked against the version's."""
-    with _MANIFESTS_LOCK:
-        cached = _MANIFESTS.get(version.digest)
-        if cached is not None:
-            _MANIFESTS.move_to_end(version.digest)
-            return cached
-    manifest = Manifest.from_bytes((version.manifest_json or "").encode("utf-8"))
-    if manifest.digest == version.digest:
-        with _MANIFESTS_LOCK:
-            _MANIFESTS[version.digest] = manifest
-            while len(_MANIFESTS) > _MANIFESTS_KEPT:
-                _MANIFESTS.popitem(last=False)
-    return manifest
-
-
 def _derived(prog: Any) -> list[Any]:
     return [c for c in prog.range_constraints if "+" in c.expr or "*" in c.expr]
 
@@ -228,19 +205,20 @@ def _derived(prog: Any) -> list[Any]:
 def version_page(request: Request, name: str, number: int, call: Call = on_page("pull", "query:name")) -> Response:
     meta = server_state(request).meta
     version = meta.resolve(Ref.parse(f"{name}@{number}"))
-    manifest = _manifest(version)
+    manifest = manifest_of(version)
     ancestors = [redacted_node(n, call) for n in meta.ancestors(name, number)]
     descendants = [redacted_node(n, call) for n in meta.descendants(name, number)]
     me = next(n for n in ancestors if n.depth == 0)
     programs = [{"spec": prog, "derived": _derived(prog), "baked": baked_device_groups(prog.baked_devices)}
                 for prog in manifest.programs.values()]
+
     return _page(request, "version.html", call, v=version, m=manifest, programs=programs,
                  signatures=meta.signatures(name, number), build=meta.build_info(name, number),
                  attestations=_attestations(meta, name, number), graph=layout(ancestors, descendants),
                  facts=[e for e in me.edges if e.kind != "parent"],
                  parents=[n for n in ancestors if n.depth == 1],
                  children=[n for n in descendants if n.depth == 1],
-                 commands=_commands(version))
+                 commands=_commands(version), releases=release_matrix(manifest))
 
 
 def _commands(v: Any) -> list[tuple[str, str]]:
@@ -248,7 +226,8 @@ def _commands(v: Any) -> list[tuple[str, str]]:
     return [("pull, pinned to this digest", f"pt2reg pull {pinned} -o model.pt2b"),
             ("show", f"pt2reg show {v.name}@{v.number}"),
             ("inspect", f"pt2reg inspect {pinned}"),
-            ("lineage", f"pt2reg lineage {v.name}@{v.number}")]
+            ("lineage", f"pt2reg lineage {v.name}@{v.number}"),
+            ("check a runtime, before download", f"pt2reg verify {v.name}@{v.number} --target box.json")]
 
 
 # -- compare ----------------------------------------------------------------------------------
@@ -258,7 +237,7 @@ def compare_page(request: Request, ref: str, to_ref: str,
                  call: Call = on_page("pull", "query:ref", also_query=("to_ref",))) -> Response:
     meta = server_state(request).meta
     a, b = meta.resolve(Ref.parse(ref)), meta.resolve(Ref.parse(to_ref))
-    return _page(request, "compare.html", call, a=a, b=b, c=compare_manifests(_manifest(a), _manifest(b)))
+    return _page(request, "compare.html", call, a=a, b=b, c=compare_manifests(manifest_of(a), manifest_of(b)))
 
 
 # -- audit ------------------------------------------------------------------------------------
