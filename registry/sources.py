@@ -36,6 +36,7 @@ from .digests import digest_of_bytes, hex_of, sha256_stream
 from .errors import IntegrityError, NotFoundError, UsageError
 from .format.packs import PackIndex
 from .format.manifest import Manifest, Member
+from .oci.reference import OciReference, looks_like_oci
 from .refs import Ref
 
 if TYPE_CHECKING:  # the client sits above this module: only its type is named here
@@ -402,6 +403,9 @@ class MaterializedBundle:
     #: makes a member a complete, verified file in the cache on demand (``member_file``): a cold
     #: load from a local store verifies some members' weights where they lie, leaving no file
     complete: Callable[[str], Path] | None = field(default=None, compare=False)
+    #: where it was read from when that is not this registry: ``HOST/REPOSITORY`` of an OCI
+    #: artifact (what a trust rule's ``oci`` globs match; the artifact cannot choose it)
+    location: str | None = None
 
     @property
     def digest(self) -> str:
@@ -461,10 +465,11 @@ def looks_like_file(source: str) -> bool:
             or (os.sep != "/" and source.startswith((".\\", "..\\"))))
 
 
-def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
-    """A bundle file (which must exist: NotFoundError, exit 3) or a parsed ref (UsageError,
-    exit 2, when it is neither). A ``Path`` (any ``os.PathLike``) is a file; a string is a file
-    only in the forms ``looks_like_file`` names, else it must be a ref. Nothing on disk is
+def parse_source(source: str | os.PathLike[str]) -> Path | Ref | OciReference:
+    """A bundle file (which must exist: NotFoundError, exit 3), an OCI artifact
+    (``oci://HOST/REPO@sha256:...``) or a parsed ref (UsageError, exit 2, when it is none of
+    them). A ``Path`` (any ``os.PathLike``) is a file; a string is a file only in the forms
+    ``looks_like_file`` names, an OCI artifact only written ``oci://``, else it must be a ref. Nothing on disk is
     consulted to decide which; a string that is neither names both readings in its error.
 
     >>> parse_source("team/bert@prod").alias, parse_source("file:model.pt2b")    # doctest: +SKIP
@@ -475,6 +480,8 @@ def parse_source(source: str | os.PathLike[str]) -> Path | Ref:
     text = source
     if not isinstance(text, str):
         raise UsageError(f"expected a bundle file or a ref, got {type(source).__name__}")
+    if looks_like_oci(text):
+        return OciReference.parse(text)
     if looks_like_file(text):
         path = text[len(FILE_PREFIX):] if text.startswith(FILE_PREFIX) else text
         if path.startswith("//"):  # file:///abs/path (a URL): its path part
@@ -504,7 +511,7 @@ def _existing(path: Path, shown: str | None = None) -> Path:
     return path
 
 
-def open_source(source: str | os.PathLike[str] | Ref | MaterializedBundle, *, registry: Registry,
+def open_source(source: str | os.PathLike[str] | Ref | OciReference | MaterializedBundle, *, registry: Registry,
                 progress: Callable[[int], None] | None = None,
                 require_signature: Iterable[str] = (), defer_weights: bool = False,
                 in_place: Callable[[MaterializedBundle], bool] | None = None) -> MaterializedBundle:
@@ -520,7 +527,9 @@ def open_source(source: str | os.PathLike[str] | Ref | MaterializedBundle, *, re
     keys = list(require_signature)
     if isinstance(source, MaterializedBundle):
         return registry.enforce_trust(source, require_signature=keys)
-    where = source if isinstance(source, Ref) else parse_source(source)
+    where = source if isinstance(source, (Ref, OciReference)) else parse_source(source)
+    if isinstance(where, OciReference):   # a digest pin: tags move (Registry.oci_open(..., allow_tag=True) takes one)
+        return registry.oci_open(where, require_signature=keys, progress=progress).source
     if isinstance(where, Ref):
         return registry.materialize(where, progress=progress, require_signature=keys, defer_weights=defer_weights,
                                     in_place=in_place)

@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures_pt2",
     "tests.services_pg",
     "tests.services_s3",
+    "tests.services_oci",
     "tests.fixtures_registry",
     "tests.integration.conftest_models",
     "tests.big_bundle",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import (audit_cmds, bundle_cmds, governance_cmds, key_cmds, remote_cmds, runtime_cmds, server_cmds,
+from . import (audit_cmds, bundle_cmds, governance_cmds, key_cmds, oci_cmds, remote_cmds, runtime_cmds, server_cmds,
                serving_cmds, store_cmds, token_cmds, webhook_cmds)
 from ._core import RegistryGroup
 
@@ -55,7 +55,7 @@ def cli(ctx: click.Context, home: str | None, db: str | None, store: str | None,
 
 
 for _module in (bundle_cmds, store_cmds, runtime_cmds, audit_cmds, key_cmds, token_cmds, remote_cmds, server_cmds,
-                governance_cmds, serving_cmds, webhook_cmds):
+                governance_cmds, serving_cmds, webhook_cmds, oci_cmds):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

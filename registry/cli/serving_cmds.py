@@ -123,7 +123,9 @@ def materialize(app: App, uri: str, dest: str, layout: str, model_name: str | No
     """Fetch URI, verify it and write it to DEST (a KServe storage-initializer entrypoint).
 
     URI: pt2reg:///NAME@REF or NAME@REF for the configured registry (PT2REG_URL, or the local
-    one), or pt2reg://HOST[:PORT]/NAME@REF (pt2regs:// for HTTPS) naming it; the token
+    one), oci://HOST/REPO@sha256:HEX for an artifact `pt2reg oci push` wrote to an OCI registry
+    (its login from REGISTRY_AUTH_FILE or the docker config), or pt2reg://HOST[:PORT]/NAME@REF
+    (pt2regs:// for HTTPS) naming a registry server; the token
     (PT2REG_TOKEN) goes only to the configured registry, and another host is refused (exit 2)
     unless PT2REG_ALLOWED_REGISTRIES lists it (it then gets only its own login). Digests, signatures, the target and (layout triton)
     the native-code rule are checked before DEST is written; on any refusal DEST is left as it
@@ -137,7 +139,9 @@ def materialize(app: App, uri: str, dest: str, layout: str, model_name: str | No
     # the configured registry (no host, or its own URL), or an allowed other one with only its own login
     settings = app.settings if url is None else app.settings.registry_for(url)
     scratch = None
-    if settings.remote and not (app._args[0] or os.environ.get("PT2REG_HOME")):
+    from ..oci.reference import looks_like_oci
+
+    if (settings.remote or looks_like_oci(ref)) and not (app._args[0] or os.environ.get("PT2REG_HOME")):
         scratch = tempfile.mkdtemp(prefix="pt2reg-materialize-")  # a storage initializer: a throw-away cache
         settings = dataclasses.replace(settings, home=Path(scratch))
     registry = app.registry if settings is app.settings else Registry(settings)

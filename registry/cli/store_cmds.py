@@ -118,7 +118,8 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_app
 def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
-    """Show one version: digest, status, aliases, metadata and the publisher's environment.
+    """Show one version: digest, status, aliases, metadata, the publisher's environment,
+    signatures, attestations and the OCI artifacts it was pushed as (`pt2reg oci push`).
 
     With --at, answers from the audit history what NAME@ALIAS pointed to at that time.
     """
@@ -128,6 +129,8 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     data["signatures"] = version_signatures_json(reg, v)
     _, attested = reg.attestations(v)
     data["attestations"] = [attestation_json(a) for a in attested]
+    pushed = reg.meta.oci_artifacts(v.name, v.number)
+    data["oci"] = [a.to_json() for a in pushed]
     if at is not None:
         data.update(ref=ref, at=at)
     if as_json:
@@ -149,6 +152,9 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         out.print(esc(sig["text"]))
     if attested:
         print_attestations(attested)
+    for a in pushed:
+        tag = f" (tag {a.tag})" if a.tag else ""
+        out.print(f"OCI: {esc(a.reference)}{esc(tag)}  pushed {a.pushed_at:%Y-%m-%d %H:%M:%S} by {esc(a.pushed_by)}")
 
 
 @click.group()

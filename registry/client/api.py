@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageNode, ModelRecord,
                                  SignatureRecord, TokenRecord, VersionRecord)
     from .trust import TrustPolicy
+    from ..oci.reference import OciReference
+    from .oci import OciArtifact, OciPushResult, OciReferrer
 
 __all__ = ["Registry", "parse_time"]
 
@@ -327,6 +329,54 @@ class Registry:
             where = Located(where.ref, version=version)
         src = self.materialize(where, progress=progress, require_signature=require_signature)
         return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
+
+    # -- OCI delivery ---------------------------------------------------------------------
+    def oci_push(self, ref: str | Ref, target: str | OciReference, *, insecure: bool = False,
+                 progress: ProgressFn | None = None, max_layer_size: int | None = None,
+                 mount_from: Sequence[str] = ()) -> OciPushResult:
+        """Push the version ``ref`` names to an OCI registry (``HOST/REPO[:TAG]``) as a CNCF
+        ModelPack artifact, with its signatures and attestations as referrers; record it on the
+        version (``registry.client.oci``). Plain HTTP only with ``insecure`` or a loopback host."""
+        from ..oci.reference import OciReference
+        from .oci import push_version
+
+        where = target if isinstance(target, OciReference) else OciReference.parse(target)
+        return push_version(self, str(ref), where, insecure=insecure, progress=progress,
+                            max_layer_size=max_layer_size, mount_from=mount_from)
+
+    def oci_open(self, source: str | OciReference, *, insecure: bool = False, allow_tag: bool = False,
+                 require_signature: Sequence[str] = (), progress: ProgressFn | None = None) -> OciArtifact:
+        """An OCI artifact (``[oci://]HOST/REPO@sha256:...``; a tag only with ``allow_tag``)
+        checked against its pin, the trust policy and ``require_signature``, every member a
+        verified file in the cache (``source`` of the result: what ``registry.load`` runs)."""
+        from ..oci.reference import OciReference
+        from .oci import open_artifact
+
+        where = source if isinstance(source, OciReference) else OciReference.parse(source)
+        return open_artifact(self, where, insecure=insecure, allow_tag=allow_tag,
+                             require_signature=require_signature, progress=progress)
+
+    def oci_pull(self, source: str | OciReference, out: str | os.PathLike[str], *, insecure: bool = False,
+                 allow_tag: bool = False, require_signature: Sequence[str] = (),
+                 progress: ProgressFn | None = None) -> OciArtifact:
+        """``oci_open``, then the bundle file written at ``out`` (atomically): the same bytes
+        ``pull`` writes for the version."""
+        from .oci import pull_to_file
+
+        artifact = self.oci_open(source, insecure=insecure, allow_tag=allow_tag,
+                                 require_signature=require_signature, progress=progress)
+        pull_to_file(artifact, out)
+        return artifact
+
+    def oci_referrers(self, source: str | OciReference, *, insecure: bool = False, allow_tag: bool = False,
+                      keys: Sequence[str] = ()) -> tuple[OciReference, list[OciReferrer]]:
+        """The signatures and attestations attached to an OCI artifact (referrers API, or its tag
+        fallback), each verified where its key is trusted here or given in ``keys``."""
+        from ..oci.reference import OciReference
+        from .oci import list_referrers
+
+        where = source if isinstance(source, OciReference) else OciReference.parse(source)
+        return list_referrers(self, where, insecure=insecure, allow_tag=allow_tag, keys=keys)
 
     # -- lifecycle ------------------------------------------------------------------------
     def list_models(self) -> list[ModelRecord]:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # records only: importing the store package would load SQLAlc
     from ..refs import Ref
     from ..store.audit_chain import ChainVerdict
     from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                                 PendingPush, SignatureRecord, TokenRecord, VersionRecord)
+                                 OciArtifactRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["MetadataStore", "BlobStore"]
 
@@ -209,6 +209,17 @@ class MetadataStore(Protocol):
 
     def attestations(self, name: str, number: int) -> list[AttestationRecord]:
         """A version's attestations, oldest first."""
+
+    def record_oci_artifact(self, name: str, number: int, *, location: str, tag: str | None, manifest_digest: str,
+                            actor: str, host: str, audit_details: Mapping[str, Any] | None = None
+                            ) -> OciArtifactRecord:
+        """Record a push of ``name@number`` to an OCI registry (``oci.push``); idempotent."""
+
+    def oci_artifacts(self, name: str, number: int) -> list[OciArtifactRecord]:
+        """Where ``name@number`` was pushed as an OCI artifact, oldest first."""
+
+    def oci_repositories(self, host: str) -> list[str]:
+        """Repositories of OCI registry ``host`` that versions (the caller may pull) were pushed to."""
 
     def list_webhooks(self) -> list[Any]:
         """Webhook subscriptions (``WebhookRecord``), never their secrets."""

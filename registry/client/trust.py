@@ -11,6 +11,10 @@ The policy is ``HOME/trust.toml`` (``--home`` / ``PT2REG_HOME``), or the file na
     -----END PUBLIC KEY-----''']           # or the PEM text inline, as `pt2reg key generate` writes it
 
     [[rule]]
+    oci = "ghcr.io/team/**"                # also OCI artifacts pulled from these repositories (HOST/REPO globs)
+    keys = ["/etc/pt2reg/release.pub"]
+
+    [[rule]]
     files = true                           # also bundle files given by path (they have no model name)
     keys = ["ci.pub"]
     legacy = true                          # also accept bare-digest signatures (see below)
@@ -26,7 +30,10 @@ gives up that protection.
 
 Rollback: once this machine has loaded version N of a model under a rule, a version older
 than N is refused (exit 5) unless the user pins it by digest (``NAME@sha256:...``), TUF-style;
-the newest version seen per model is kept in ``HOME/trust-state.json``. A rule with ``files = true`` applies to bundle files (``pt2reg verify x.pt2b``,
+the newest version seen per model is kept in ``HOME/trust-state.json``.
+An OCI artifact (``oci://HOST/REPO@sha256:...``) carries the model name it was pushed as, and the
+rules of that name apply; so do the rules whose ``oci`` globs match ``HOST/REPO``, which the user
+typed and the artifact cannot change (renaming a model inside an artifact does not escape them). A rule with ``files = true`` applies to bundle files (``pt2reg verify x.pt2b``,
 ``registry.load("x.pt2b")``) too; without it rules apply to registry refs only, because a file
 carries no model name to match. ``pull``, ``verify``, ``run``, ``registry.load`` and
 ``Registry.materialize`` enforce it before anything is written or deserialized: a matching model
@@ -91,10 +98,13 @@ class TrustRule:
     keys: tuple[str, ...]            # paths (resolved) or inline PEM text
     policy_path: Path
     legacy: bool = False             # bare-digest signatures (which name no model) satisfy it too
+    oci: tuple[str, ...] = ()        # HOST/REPO globs of OCI repositories whose artifacts it covers
     #: key id -> (public key, label), loaded when the policy is read (a bad key is a bad policy)
     keyring: Mapping[str, tuple[Any, str]] = dataclasses.field(default_factory=dict, compare=False)
 
-    def applies_to(self, name: str | None) -> bool:
+    def applies_to(self, name: str | None, location: str | None = None) -> bool:
+        if location is not None and any(glob_match(p, location.lower()) for p in self.oci):
+            return True
         if name is None:
             return self.files
         return any(glob_match(p, name) for p in self.models)
@@ -136,11 +146,11 @@ class TrustPolicy:
     path: Path | None = None
     rules: tuple[TrustRule, ...] = ()
 
-    def rules_for(self, name: str | None) -> list[TrustRule]:
-        return [r for r in self.rules if r.applies_to(name)]
+    def rules_for(self, name: str | None, location: str | None = None) -> list[TrustRule]:
+        return [r for r in self.rules if r.applies_to(name, location)]
 
     def verify(self, name: str | None, digest: str, signatures: Iterable[dict[str, Any]],
-               label: str = "", version: int | None = None) -> tuple[str, ...]:
+               label: str = "", version: int | None = None, location: str | None = None) -> tuple[str, ...]:
         """Key ids of the trusted signers; SignatureError (exit 5) when a rule is not met:
         one line naming the model, the rule, the keys and why none of their signatures counts."""
         sigs = list(signatures)
@@ -148,7 +158,7 @@ class TrustPolicy:
         signers: list[str] = []
         from ..format.signing import valid_signer
 
-        for rule in self.rules_for(name):
+        for rule in self.rules_for(name, location):
             keys = rule.keyring
             signer, why = valid_signer(digest, sigs, {kid: k for kid, (k, _) in keys.items()}, name=name,
                                        version=version, bound=not rule.legacy)
@@ -202,16 +212,21 @@ def parse_policy(text: str, path: Path) -> TrustPolicy:
         where = f"rule {i} of {path}"
         if not isinstance(raw, dict):
             raise UsageError(f"trust policy {where} is not a table")
-        extra = sorted(set(raw) - {"models", "keys", "files", "legacy"})
+        extra = sorted(set(raw) - {"models", "keys", "files", "legacy", "oci"})
         if extra:
             raise UsageError(f"trust policy {where}: unknown key {extra[0]!r}",
-                             hint="a rule has models, keys and optionally files and legacy")
+                             hint="a rule has models (or oci), keys and optionally files and legacy")
         files, legacy = raw.get("files", False), raw.get("legacy", False)
         for field_name, value in (("files", files), ("legacy", legacy)):
             if not isinstance(value, bool):
                 raise UsageError(f"trust policy {where}: {field_name} must be true or false")
-        if "models" not in raw and not files:
+        if "models" not in raw and "oci" not in raw and not files:
             raise UsageError(f"trust policy {where} names no models", hint='add models = "team/*"')
+        oci = _as_list(raw["oci"], "oci", where) if "oci" in raw else ()
+        for o in oci:
+            if not re.fullmatch(r"[a-z0-9_.\-/*?:\[\]]+", o.lower()) or "/" not in o:
+                raise UsageError(f"trust policy {where}: {o!r} is not an OCI repository glob",
+                                 hint='write HOST/REPOSITORY globs, e.g. oci = "ghcr.io/team/**"')
         models = _as_list(raw["models"], "models", where) if "models" in raw else ()
         for m in models:
             if not re.fullmatch(r"[a-z0-9_.\-/*?]+", m):
@@ -226,7 +241,7 @@ def parse_policy(text: str, path: Path) -> TrustPolicy:
             else:
                 p = Path(k).expanduser()
                 keys.append(str(p if p.is_absolute() else (path.parent / p)))
-        r = TrustRule(i, models, files, tuple(keys), path, legacy)
+        r = TrustRule(i, models, files, tuple(keys), path, legacy, tuple(o.lower() for o in oci))
         rules.append(dataclasses.replace(r, keyring=r.load_keys()))
     return TrustPolicy(path, tuple(rules))
 
@@ -268,10 +283,11 @@ def establish_trust(src: MaterializedBundle, policy: TrustPolicy | None = None, 
     signers = list(src.trusted_signers)
     name = None if is_file else src.name   # no model name: it is checked as a file
     if policy is not None:
-        for s in policy.verify(name, src.digest, src.signatures, label=src.label, version=src.version):
+        for s in policy.verify(name, src.digest, src.signatures, label=src.label, version=src.version,
+                               location=src.location):
             if s not in signers:
                 signers.append(s)
-        if name is not None and src.version is not None and state_dir is not None and policy.rules_for(name):
+        if name is not None and src.version is not None and state_dir is not None and policy.rules_for(name, src.location):
             _check_rollback(Path(state_dir) / STATE_FILE, name, src.version, pinned)
     pubkeys = list(require_signature)
     if pubkeys:

@@ -24,7 +24,8 @@ from ..errors import NotFoundError, UsageError
 from ..format.packs import ChunkLocation, PackIndex
 from ..refs import validate_digest
 from ..store.audit_chain import ChainVerdict
-from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, PendingPush,
+from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, OciArtifactRecord,
+                             PendingPush,
                              SignatureRecord, TokenRecord, VersionRecord)
 from .http import HttpClient
 from .wire import decode, decode_list, encode, format_datetime, parse_datetime
@@ -299,6 +300,24 @@ class HttpMetadataStore:
     def attestations(self, name: str, number: int) -> list[AttestationRecord]:
         answer = self.client.get_json("/v1/attestations", {"name": name, "number": number})
         return decode_list(AttestationRecord, _field(answer, "attestations"))
+
+    # -- OCI artifacts ----------------------------------------------------------------------
+    def record_oci_artifact(self, name: str, number: int, *, location: str, tag: str | None, manifest_digest: str,
+                            actor: str, host: str, audit_details: Mapping[str, Any] | None = None
+                            ) -> OciArtifactRecord:
+        answer = self.client.post_json("/v1/oci", {"name": name, "number": number, "location": location, "tag": tag,
+                                                   "manifest_digest": manifest_digest, "host": host},
+                                       idempotent=True)
+        return decode(OciArtifactRecord, _field(answer, "artifact"))
+
+    def oci_artifacts(self, name: str, number: int) -> list[OciArtifactRecord]:
+        answer = self.client.get_json("/v1/oci", {"name": name, "number": number})
+        return decode_list(OciArtifactRecord, _field(answer, "artifacts"))
+
+    def oci_repositories(self, host: str) -> list[str]:
+        answer = self.client.get_json("/v1/oci/repositories", {"host": host})
+        repos = _field(answer, "repositories")
+        return [r for r in repos if isinstance(r, str)] if isinstance(repos, list) else []
 
     # -- webhooks and signed audit heads ------------------------------------------------------
     def add_webhook(self, url: str, events: Sequence[str], model_glob: str | None, *, secret: str,

@@ -25,6 +25,7 @@ from .errors import install_error_handlers
 from .limits import LimitsMiddleware, ServerLimits
 from .routes import router
 from .governance import router as governance_router
+from .oci import router as oci_router
 from .audit_head import load_key as load_server_key, router as audit_head_router
 from .webhooks import Background, router as webhooks_router
 from .state import ServerState
@@ -64,7 +65,7 @@ def create_app(settings: Settings, *, public_url: str | None = None,
             background.stop()
             state.close()
 
-    app = FastAPI(title="pt2-registry", version=VERSION, lifespan=lifespan, routes=list(router.routes) + list(governance_router.routes)
+    app = FastAPI(title="pt2-registry", version=VERSION, lifespan=lifespan, routes=list(router.routes) + list(governance_router.routes) + list(oci_router.routes)
                   + list(webhooks_router.routes) + list(audit_head_router.routes),
                   openapi_url=None, docs_url=None, redoc_url=None,
                   description="The pt2-registry wire protocol: `Authorization: Bearer <token>`; "

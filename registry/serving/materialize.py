@@ -2,8 +2,10 @@
 (KServe runs ``<entrypoint> <src-uri> <dest-path>`` in the storage initializer).
 
 ``URI`` is ``pt2reg:///NAME@REF`` (no host: the configured registry, ``PT2REG_URL`` or the
-local one), a plain ``NAME@REF`` (the same), or ``pt2reg://HOST[:PORT]/NAME@REF`` (plain HTTP)
-/ ``pt2regs://HOST[:PORT]/NAME@REF`` (HTTPS) naming the registry. A URI naming a registry other
+local one), a plain ``NAME@REF`` (the same), ``pt2reg://HOST[:PORT]/NAME@REF`` (plain HTTP)
+/ ``pt2regs://HOST[:PORT]/NAME@REF`` (HTTPS) naming the registry, or
+``oci://HOST/REPO@sha256:<hex>``: an artifact ``pt2reg oci push`` wrote to an OCI registry
+(its login from the docker/podman credential files, never ``PT2REG_TOKEN``). A URI naming a registry other
 than the configured one is refused (exit 2) unless ``PT2REG_ALLOWED_REGISTRIES`` lists it, and
 then only the login saved for it is sent: ``PT2REG_TOKEN`` goes to the configured registry only
 (``Settings.registry_for``). The ref of a URI is always a ref, never a file. Every check runs before DEST is
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
+from ..oci.reference import OciReference, looks_like_oci
 from ..refs import Ref
 
 if TYPE_CHECKING:
@@ -36,8 +39,15 @@ _SCHEMES = {"pt2reg": "http", "pt2regs": "https"}
 
 
 def parse_uri(uri: str) -> tuple[str | None, str]:
-    """(server base URL, or None for the configured registry, ref)."""
+    """(server base URL, or None for the configured registry, ref); an ``oci://`` URI is
+    (None, the URI), pinned by digest (``materialize_uri`` reads it from its OCI registry)."""
     if "://" not in uri:
+        return None, uri
+    if looks_like_oci(uri):
+        ref = OciReference.parse(uri)
+        if not ref.pinned:
+            raise UsageError(f"model URI {uri!r} names a tag, which can move",
+                             hint="pin it: oci://HOST/REPO@sha256:<hex> (`pt2reg oci push` prints it)")
         return None, uri
     parts = urlsplit(uri)
     if parts.scheme in _SCHEMES and not parts.netloc and not parts.query and not parts.fragment:
@@ -107,8 +117,12 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
         raise UsageError(f"{dest} is a symlink", hint="give the real directory")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest} is not a directory")
-    # the ref of a URI is a ref, whatever the working directory holds: never a file
-    src = open_source(Ref.parse(ref), registry=registry, require_signature=require_signature)
+    artifact = None
+    if looks_like_oci(ref):   # an OCI artifact (parse_uri refused a tag)
+        artifact = registry.oci_open(OciReference.parse(ref), require_signature=require_signature)
+        src = artifact.source
+    else:   # the ref of a URI is a ref, whatever the working directory holds: never a file
+        src = open_source(Ref.parse(ref), registry=registry, require_signature=require_signature)
     parent = dest.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pt2reg-", dir=parent))
@@ -120,7 +134,12 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
             verify_bundle(src, target=target, trust_native=trust_native).raise_for_status()
             if layout == "bundle":
                 name = (src.name or "model").rsplit("/", 1)[-1]
-                registry.pull(ref, staged / f"{name}.pt2b", require_signature=require_signature)
+                if artifact is not None:
+                    from ..client.oci import pull_to_file
+
+                    pull_to_file(artifact, staged / f"{name}.pt2b")
+                else:
+                    registry.pull(ref, staged / f"{name}.pt2b", require_signature=require_signature)
             else:
                 for m in src.manifest.members:
                     out = staged / m.path

@@ -39,7 +39,7 @@ __all__ = ["ensure_schema", "upgrade", "current_revision", "head_revision", "hea
 
 #: The schema revision this software expects. A test keeps it equal to the scripts' only head,
 #: so the everyday check (database at head?) needs no Alembic import.
-HEAD_REVISION = "0006_packs"
+HEAD_REVISION = "0007_oci_artifacts"
 
 def script_location() -> Path:
     """Directory of the Alembic scripts: the installed ``registry._migrations`` package, or the

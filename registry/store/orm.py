@@ -314,6 +314,21 @@ class AliasPolicyRow(Base):
     updated_by: Mapped[str] = mapped_column(String(256))
 
 
+class OciArtifactRow(Base):
+    """A push of a version to an OCI registry (``registry.store.records.OciArtifactRecord``)."""
+
+    __tablename__ = "oci_artifacts"
+    __table_args__ = (Index(None, "location"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), index=True)
+    location: Mapped[str] = mapped_column(String(255))
+    tag: Mapped[str | None] = mapped_column(String(128))
+    manifest_digest: Mapped[str] = mapped_column(DIGEST)
+    pushed_at: Mapped[str] = mapped_column(TS)
+    pushed_by: Mapped[str] = mapped_column(String(256))
+
+
 class AttestationRow(Base):
     """One conformance attestation of a version (``registry.store.records.AttestationRecord``);
     ``public_key`` (PEM) is kept with a signed one so it can be checked again later."""

@@ -14,7 +14,7 @@ from typing import Any
 __all__ = [
     "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
     "LineageNode", "AuditEvent", "PendingPush", "TokenRecord", "AttestationRecord",
-    "WebhookRecord", "WebhookAttempt", "WebhookDelivery", "SignedAuditHead",
+    "WebhookRecord", "WebhookAttempt", "WebhookDelivery", "SignedAuditHead", "OciArtifactRecord",
 ]
 
 
@@ -197,6 +197,28 @@ class TokenRecord:
         if self.expires_at is not None and self.expires_at <= now:
             return "expired"
         return "active"
+
+
+@dataclass(frozen=True)
+class OciArtifactRecord:
+    """A push of a version to an OCI registry (``pt2reg oci push``): ``location`` is
+    ``HOST/REPOSITORY``, ``tag`` the tag it was pushed under (None: by digest alone), and
+    ``manifest_digest`` the OCI manifest's digest, what ``oci pull`` pins."""
+
+    location: str
+    tag: str | None
+    manifest_digest: str
+    pushed_at: datetime
+    pushed_by: str
+
+    @property
+    def reference(self) -> str:
+        """``HOST/REPO@sha256:...``: the pinned OCI reference."""
+        return f"{self.location}@{self.manifest_digest}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"location": self.location, "tag": self.tag, "manifest_digest": self.manifest_digest,
+                "reference": self.reference, "pushed_at": self.pushed_at.isoformat(), "pushed_by": self.pushed_by}
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,8 @@ def test_the_protocol_table_is_mounted(app: Any) -> None:
         # alias policies and attestations (registry/server/governance.py)
         ("PUT", "/v1/policies"), ("DELETE", "/v1/policies"), ("GET", "/v1/policies"),
         ("POST", "/v1/attestations"), ("GET", "/v1/attestations"),
+        # where versions were pushed as OCI artifacts (registry/server/oci.py)
+        ("POST", "/v1/oci"), ("GET", "/v1/oci"), ("GET", "/v1/oci/repositories"),
         # webhooks and the signed audit head (registry/server/webhooks.py, audit_head.py)
         ("POST", "/v1/webhooks"), ("GET", "/v1/webhooks"), ("DELETE", "/v1/webhooks/{webhook_id}"),
         ("GET", "/v1/webhooks/deliveries"), ("POST", "/v1/webhooks/deliveries/{delivery_id}/redeliver"),

@@ -1,0 +1,67 @@
+"""``OciBlobStore``: the read half of the ``BlobStore`` protocol over one OCI repository, so
+a pull from an OCI registry runs through the same verified, resumable, parallel fetches as a
+pull from the pt2reg server (``remote.blobs.HttpBlobStore``, whose downloads this reuses).
+
+A blob is read only if the artifact's manifest lists it as a layer (``layers``: digest ->
+size, from ``modelpack.ArtifactLayout``): the size is the manifest's, never the registry's
+word, and every byte is hashed against the digest as it streams (chunks of packs each against
+their own digest). Writing, deleting and listing are not this store's (``oci push`` uploads
+with ``OciClient.upload_blob``); they raise ``UsageError``.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping
+
+from ..blobs.base import BlobInfo
+from ..errors import IntegrityError, UsageError
+from ..remote.blobs import HttpBlobStore, Target
+from .client import OciClient
+
+__all__ = ["OciBlobStore"]
+
+_READ_ONLY = "an OCI artifact is read here, never written: `pt2reg oci push` uploads one"
+
+
+class OciBlobStore(HttpBlobStore):
+    """The layers of one artifact in ``client``'s repository."""
+
+    def __init__(self, client: OciClient, layers: Mapping[str, int], *, transfers: int = 8) -> None:
+        super().__init__(client, transfers=transfers)  # type: ignore[arg-type]  -- OciClient has send()'s shape
+        self.url = f"{client.base_url}/v2/{client.ref.repository}"
+        self._layers = dict(layers)
+        self.read_workers = transfers
+
+    def __repr__(self) -> str:
+        return f"OciBlobStore({self.url!r})"
+
+    def _size(self, digest: str) -> int:
+        try:
+            return self._layers[digest]
+        except KeyError:
+            raise IntegrityError(f"the OCI artifact lists no layer {digest} that its bundle needs",
+                                 hint="the artifact is incomplete or was altered: push it again") from None
+
+    def download_targets(self, digests: Iterable[str]) -> dict[str, Target]:
+        return {d: Target(d, f"{self.url}/blobs/{d}", self._size(d)) for d in digests}
+
+    def _head(self, digest: str) -> BlobInfo | None:
+        size = self._layers.get(digest)
+        return None if size is None else BlobInfo(digest, size, 0.0)
+
+    def put_parts(self, *args: object, **kwargs: object) -> tuple[int, int]:
+        raise UsageError(_READ_ONLY)
+
+    def put_file(self, *args: object, **kwargs: object) -> bool:
+        raise UsageError(_READ_ONLY)
+
+    def put_stream(self, *args: object, **kwargs: object) -> bool:
+        raise UsageError(_READ_ONLY)
+
+    def put_bytes(self, *args: object, **kwargs: object) -> bool:
+        raise UsageError(_READ_ONLY)
+
+    def delete(self, digest: str) -> None:
+        raise UsageError(_READ_ONLY)
+
+    def list(self) -> Iterator[BlobInfo]:
+        raise UsageError(_READ_ONLY)
