@@ -60,7 +60,9 @@ def _section(level: int, path: tuple[str, ...], command: click.Command, ctx: cli
 def command_pages(group: click.Group | None = None) -> dict[str, str]:
     """``{"cli/<command>.md": markdown}``: one page per top-level command, its subcommands within."""
     group = group or _root()
-    root = _context(group, PROG, None)
+    # the group's own settings (-h as well as --help), inherited by every command's context
+    root = click.Context(group, info_name=PROG, **{"max_content_width": WIDTH, **group.context_settings,
+                                                   "terminal_width": WIDTH})
     pages: dict[str, list[str]] = {}
     for path, command, ctx in walk(group, root):
         top = path[0]

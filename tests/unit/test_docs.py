@@ -66,6 +66,17 @@ def test_every_command_and_option_has_a_generated_page():
         assert f"]({top}.md)" in pages["cli/index.md"], f"pt2reg {top} missing from the command index"
 
 
+def test_each_page_is_what_help_prints():
+    """The page shows exactly what ``pt2reg ... --help`` prints at the same width."""
+    from click.testing import CliRunner
+
+    pages = _hook().command_pages()
+    for path, _command in _commands(cli, click.Context(cli, info_name="pt2reg")):
+        result = CliRunner().invoke(cli, [*path, "--help"], prog_name="pt2reg", terminal_width=100)
+        assert result.exit_code == 0, result.output
+        assert f"```text\n{result.output.rstrip()}\n```" in pages[f"cli/{path[0]}.md"], " ".join(path)
+
+
 def test_a_new_command_group_gets_pages_without_touching_the_docs():
     """What `pt2reg oci` (issue 43) will meet: a group added to the CLI has its pages at the next build."""
     group = click.Group("pt2reg", commands=[click.Command("push", help="Push.", params=[click.Option(["--json"])])])
