@@ -1,4 +1,4 @@
-"""Run every benchmark (each in its own process) and print the README's markdown table.
+"""Run every benchmark (each in its own process) and print one markdown table (for docs/performance-log.md).
 
     .venv/bin/python benchmarks/run_all.py                 # full size (~20-30 min on 2 cores)
     .venv/bin/python benchmarks/run_all.py --quick         # smoke test: tiny model, 1 repetition

@@ -16,7 +16,7 @@ benchmark (``benchmarks/bench_gpu_load.py``). ``--quick`` (CI) leaves out compil
 the benchmark. Exit 0 when every step gave the outcome expected on this device, 1 otherwise.
 
 On a lent GPU machine (its own torch, no network), carry the other dependencies as wheels
-(README "GPUs"): ``pip download`` them here for its Python, then there::
+(docs/gpus.md): ``pip download`` them here for its Python, then there::
 
     pip install --no-index --no-deps --target .gpu-deps .gpu-wheels/*.whl
     PYTHONPATH=.gpu-deps:. python3 scripts/gpu_check.py --device cuda:0 --report $OUT/gpu_check.json

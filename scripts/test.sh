@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the whole test suite: unit tier, integration tier on SQLite + local files + moto S3, and
+# Build the docs site (mkdocs build --strict, ~3 s), then run the whole test suite: unit tier,
+# integration tier on SQLite + local files + moto S3, and
 # the team tier against a real PostgreSQL and a real S3-compatible server (SeaweedFS), which the
 # test fixtures start once per run on free loopback ports, share between the xdist workers and
 # stop when the run ends (tests/shared.py). `-m "not slow"` leaves out the longest tests.
@@ -60,9 +61,16 @@ fi
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
 fi
-# the whole suite; the cross-version tests run once, in the second tier
+# the docs site, warnings as errors (~3 s): a command, option or API name the pages cannot render
+# fails here (tests/unit/test_docs.py checks that each has a page)
 t0=$SECONDS status=0
-.venv/bin/python -m pytest -q -n 2 --dist worksteal --ignore=tests/integration/test_torch_matrix.py || status=$?
+docs_out=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_out" || status=$?
+rm -rf "$docs_out"
+tier_seconds "the docs (mkdocs build --strict)" "$t0"
+# the whole suite; the cross-version tests run once, in the second tier
+t0=$SECONDS
+.venv/bin/python -m pytest -q -n 2 --dist worksteal --ignore=tests/integration/test_torch_matrix.py || status=$(( status ? status : $? ))
 tier_seconds "torch 2.13.0 (the whole suite)" "$t0"
 t0=$SECONDS
 PT2REG_TORCH_MATRIX=required ".venv-$SECOND/bin/python" -m pytest -q -n 2 --dist worksteal "${SECOND_TIER[@]}" \

@@ -1,8 +1,8 @@
 """Held-out code-execution paths of torch.export.load beyond the pickled members of issue 6.
 
 Each payload below was checked to run its command when the crafted file is handed to
-``torch.export.load`` directly (see the notes in README "Security"); here every command ends
-with 5 and the marker file is never created.
+``torch.export.load`` directly (see docs/security.md and docs/decisions.md, "A graph is code
+too"); here every command ends with 5 and the marker file is never created.
 """
 import pytest
 

@@ -76,8 +76,8 @@ def test_load_api_takes_a_file_path(encdec, tmp_path):
 
 
 def test_load_maps_the_cached_weights_unless_asked_to_copy(encdec, tmp_path):
-    """``registry.load`` maps each portable program's verified cache file (README "Weights are
-    mapped, not copied"); ``map_weights=False`` copies as torch does. Same outputs either way."""
+    """``registry.load`` maps each portable program's verified cache file (docs/decisions.md,
+    "Weights are mapped, not copied"); ``map_weights=False`` copies as torch does. Same outputs either way."""
     def mapped_cache_files(cache):
         maps = open("/proc/self/maps").read()
         return {line.split()[-1] for line in maps.splitlines() if str(cache) in line}

@@ -2,8 +2,9 @@
 is chunked at the portable program's weights, so its variant dedups against them.
 
 The real round trip (compile with ``package_constants_on_disk_format="binary_blob"``, bundle,
-run with ``--trust-native``) takes ~50 s of compiling and was measured by hand (README); this
-checks the chunk plan on synthetic archives in milliseconds."""
+run with ``--trust-native``) takes ~50 s of compiling and was measured by hand (docs/decisions.md,
+"AOTInductor variants that share the portable program's weights"); this checks the chunk plan on
+synthetic archives in milliseconds."""
 from __future__ import annotations
 
 import os
