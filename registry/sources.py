@@ -37,7 +37,7 @@ from .errors import IntegrityError, NotFoundError, UsageError
 from .format.packs import PackIndex
 from .format.manifest import Manifest, Member
 from .refs import Ref
-from .times import iso_utc
+from .format.times import iso_utc
 
 if TYPE_CHECKING:  # the client sits above this module: only its type is named here
     from .client import Registry

@@ -21,7 +21,7 @@ PKG = ROOT / "registry"
 # Lower layers never import higher ones (a module may import its own layer).
 LAYERS = [
     {"registry.errors", "registry.constants", "registry.config", "registry.refs", "registry.digests",
-     "registry.atomic", "registry.parallel", "registry.times"},
+     "registry.atomic", "registry.parallel"},
     {"registry.format", "registry.blobs", "registry.access"},
     {"registry.pt2", "registry.store", "registry.sources", "registry.remote"},
     {"registry.client"},

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..times import iso_utc
+from ..format.times import iso_utc
 from ._core import DEVICE, App, emit_json, pass_app
 from .render import console, esc, print_attestations
 from .runtime_cmds import _IMPORT_HELP, _LIBRARY_HELP, _NATIVE_HELP

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from ..times import iso_utc
+from ..format.times import iso_utc
 from ._core import App, emit_json, info, pass_app
 
 __all__ = ["login", "logout", "whoami"]

@@ -5,7 +5,7 @@ import re
 from typing import Any, Sequence
 
 from ..format.manifest import AotiTarget, Manifest, Size
-from ..times import iso_utc
+from ..format.times import iso_utc
 
 __all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean",
            "print_attestations"]

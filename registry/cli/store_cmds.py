@@ -5,7 +5,7 @@ from typing import Any
 
 import click
 
-from ..times import iso_utc
+from ..format.times import iso_utc
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size, print_attestations
 from .views import attestation_json, version_json, version_signatures_json

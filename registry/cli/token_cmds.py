@@ -8,7 +8,7 @@ import click
 
 from ._core import App, emit_json, pass_app, warn
 from ..access.scopes import ACTIONS
-from ..times import iso_utc
+from ..format.times import iso_utc
 from .render import console, esc
 
 if TYPE_CHECKING:

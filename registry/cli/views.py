@@ -9,7 +9,7 @@ from ..format.bundle import BundleFile
 from ..format.manifest import Manifest, baked_device_groups
 from ..refs import Ref
 from ..sources import parse_source
-from ..times import iso_utc
+from ..format.times import iso_utc
 
 if TYPE_CHECKING:
     from ..access.policy import AliasPolicy

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..times import iso_utc
+from ..format.times import iso_utc
 from ._core import App, emit_json, pass_app
 from .render import console, esc
 

@@ -127,9 +127,7 @@ def _read_user_file(path: str, where: str) -> dict[str, ZipEntry]:
     try:
         entries = read_entries(path, where=where)
     except UnsafeArchiveError:
-        with open(path, "rb") as f:
-            head = f.read(len(_LEGACY_TORCH_SAVE) + 2)
-        if head[:1] == b"\x80" and head[2:] == _LEGACY_TORCH_SAVE:  # PROTO n, then torch's magic number
+        if _is_legacy_torch_save(path):
             raise UsageError(f"{where} is a torch.save file (a pickle), not a torch.export.save program",
                              hint=_TORCH_SAVE_HINT) from None
         raise
@@ -138,6 +136,15 @@ def _read_user_file(path: str, where: str) -> dict[str, ZipEntry]:
         raise UsageError(f"{where} is a torch.save file (a pickle zip), not a torch.export.save program",
                          hint=_TORCH_SAVE_HINT)
     return entries
+
+
+def _is_legacy_torch_save(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_LEGACY_TORCH_SAVE) + 2)
+    except OSError:  # a directory, unreadable: not this
+        return False
+    return head[:1] == b"\x80" and head[2:] == _LEGACY_TORCH_SAVE  # PROTO n, then torch's magic number
 
 
 def _split_root(entries: dict[str, ZipEntry], where: str) -> tuple[str, dict[str, ZipEntry]]:

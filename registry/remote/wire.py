@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from ..errors import StoreError
-from ..times import iso_utc
+from ..format.times import iso_utc
 
 __all__ = ["encode", "decode", "decode_list", "parse_datetime", "format_datetime", "FEATURES_HEADER",
            "CLIENT_FEATURES", "client_features"]
@@ -41,7 +41,7 @@ def client_features(header: str | None) -> frozenset[str]:
 
 
 def format_datetime(when: datetime) -> str:
-    """ISO-8601 text in UTC, ``Z``-suffixed (``registry.times.iso_utc``; naive is taken as UTC)."""
+    """ISO-8601 text in UTC, ``Z``-suffixed (``registry.format.times.iso_utc``; naive is taken as UTC)."""
     return iso_utc(when)
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..digests import canonical_json, sha256_bytes
-from ..times import iso_utc
+from ..format.times import iso_utc
 
 __all__ = [
     "GENESIS_HASH", "CONTENT_FIELDS", "ChainVerdict", "format_ts", "parse_ts", "event_content",

@@ -1,5 +1,5 @@
 """One time format across ``show``, ``list``, ``audit``, their ``--json`` and a server's answers:
-ISO 8601 UTC with ``Z`` (``registry.times.iso_utc``), exact in documents and to the second in
+ISO 8601 UTC with ``Z`` (``registry.format.times.iso_utc``), exact in documents and to the second in
 tables, so a time read anywhere pastes into ``show --at`` and ``audit --since``."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One time format (``registry.times.iso_utc``): what ``--json``, the server's JSON, the CLI's
+"""One time format (``registry.format.times.iso_utc``): what ``--json``, the server's JSON, the CLI's
 tables, the web pages and the audit chain write, and every reader of times reads back."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from registry.remote.wire import format_datetime, parse_datetime
 from registry.store.audit_chain import format_ts, parse_ts
-from registry.times import iso_utc
+from registry.format.times import iso_utc
 
 aware = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1),
                      timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=5, minutes=30)),

@@ -10,7 +10,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ...times import iso_utc
+from ...format.times import iso_utc
 from .compare import dim_text, shape_text
 
 __all__ = ["render", "human_size"]

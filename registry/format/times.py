@@ -14,7 +14,8 @@ through :func:`iso_utc`, so a time read in one place can be pasted into another 
     True
 
 Naive datetimes are taken as UTC (what the SQLite store hands back). The audit chain's
-canonical ``ts`` text (``store.audit_chain.format_ts``) is this same form.
+canonical ``ts`` text (``store.audit_chain.format_ts``) is this same form, as are the times a
+bundle carries (``signed_at``). Pure: no IO, importable from every layer above ``format``.
 """
 from __future__ import annotations
 
