@@ -79,7 +79,7 @@ READY_TIMEOUT = 600.0
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="2,000 versions, the 1.5 MiB model, short rounds")
+    p.add_argument("--quick", action="store_true", help="2,000 versions, the 1.5 MiB model, rounds of 50 requests per client")
     p.add_argument("--reps", type=int, default=None, help="pull repetitions per side (default 5, quick 1)")
     p.add_argument("--rounds", type=int, default=None, help="resolve rounds per side (default 3, quick 1)")
     p.add_argument("--duration", type=float, default=None,
