@@ -17,7 +17,9 @@ Services, all real processes on loopback, started here and stopped at the end: P
    ``httpx.Client`` with keep-alive) call ``GET /v1/resolve?ref=bench@prod`` with a pull-only
    bearer token on ours, and ``GET /api/2.0/mlflow/registered-models/alias?name=bench&alias=prod``
    (the REST call behind ``MlflowClient.get_model_version_by_alias``) on MLflow's, for a fixed
-   duration after a warm-up, synchronized on the wall clock. Both servers run the same number
+   duration (``--quick``: a fixed number of requests per client, so a busy machine gets the
+   same data points, only later) after a warm-up that starts once every client process has
+   imported and connected, synchronized on the wall clock. Both servers run the same number
    of processes (``--workers``, default 1) and are measured only once their process trees are
    idle (MLflow's job runner starts 7 huey consumers after it first answers). One untimed
    warm-up round each, then the sides alternate per round (order rotated): p50, p99 and
@@ -62,21 +64,29 @@ VENV = BENCH / ".venv-mlflow"
 MLFLOW_PY = str(VENV / "bin" / "python")
 MLFLOW_BIN = str(VENV / "bin" / "mlflow")
 ALIAS = "prod"
+#: measured requests each client makes at least, whatever the mode: a round always has data
+MIN_REQUESTS = 2
 MODEL = "bench"        # the model with the many versions
 BIG = "big"            # the model holding the 384 MiB bundle
 TOKEN_SCOPES = ("model:*:pull",)  # pull-only: bench, big and warm (single-segment names)
-READY_TIMEOUT = 90.0
+#: a hang guard only: a server that exits while starting is reported at once (its exit code and
+#: log); this is hit only by one that neither exits nor answers. Start-up is seconds on an idle
+#: machine (imports, then migrations), so a generous multiple keeps a busy machine clear of it.
+READY_TIMEOUT = 600.0
 
 
 # -- arguments ---------------------------------------------------------------------------------
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="2,000 versions, the 1.5 MiB model, short rounds")
+    p.add_argument("--quick", action="store_true", help="2,000 versions, the 1.5 MiB model, rounds of 50 requests per client")
     p.add_argument("--reps", type=int, default=None, help="pull repetitions per side (default 5, quick 1)")
     p.add_argument("--rounds", type=int, default=None, help="resolve rounds per side (default 3, quick 1)")
     p.add_argument("--duration", type=float, default=None,
-                   help="seconds of measured load per round (default 10, quick 2)")
+                   help="seconds of measured load per round (default 10)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="measured requests per client per round instead of --duration (quick: 50): "
+                        "the data points do not depend on how fast the machine is")
     p.add_argument("--warmup", type=float, default=None, help="seconds of warm-up load per round (default 3)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     p.add_argument("--client-procs", type=int, default=4,
@@ -88,11 +98,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-pull", action="store_true", help="resolve only")
     p.add_argument("--skip-resolve", action="store_true", help="pull only (no MLflow)")
     args = p.parse_args()
+    args.duration_given = args.duration is not None
     args.reps = args.reps or (1 if args.quick else 5)
     args.rounds = args.rounds or (1 if args.quick else 3)
-    args.duration = args.duration or (2.0 if args.quick else 10.0)
+    args.duration = args.duration or 10.0
+    args.requests = args.requests if args.requests is not None else (50 if args.quick and not args.duration_given else 0)
     args.warmup = args.warmup if args.warmup is not None else (1.5 if args.quick else 3.0)
     args.versions = args.versions or (2_000 if args.quick else 100_000)
+    if args.requests < 0 or (args.requests and args.requests < MIN_REQUESTS):
+        p.error(f"--requests must be at least {MIN_REQUESTS} (a p99 needs data points)")
     if args.clients < 1 or not 1 <= args.client_procs <= args.clients:
         p.error("--clients must be >= 1 and --client-procs between 1 and --clients")
     return args
@@ -280,46 +294,62 @@ def worker_do(mode: str, cfg: dict) -> dict:
 
 
 def load_client(cfg: dict) -> dict:
-    """One client process: ``threads`` keep-alive ``httpx.Client``s GET ``url`` in a loop, warm
-    up until ``start_at`` (wall clock), then record each request's latency until
-    ``start_at + duration``. Latencies in ms; non-200 answers counted (first one kept)."""
+    """One client process: ``threads`` keep-alive ``httpx.Client``s, each connected with one
+    request; then it prints ``ready`` and reads the start time (wall clock) from stdin, so its
+    imports and connections never eat into the schedule. Each client GETs ``url`` in a loop,
+    warms up until ``start_at``, then records each request's latency: ``requests`` of them,
+    or, when that is 0, until ``start_at + duration`` and at least ``MIN_REQUESTS``. Latencies
+    in ms; non-200 answers counted (first one kept); ``span``: seconds from ``start_at`` to the
+    end of the last measured request."""
     import threading
 
     import httpx
 
-    threads, start_at, duration = int(cfg["threads"]), float(cfg["start_at"]), float(cfg["duration"])
+    threads, duration, count = int(cfg["threads"]), float(cfg["duration"]), int(cfg.get("requests") or 0)
     headers = json.loads(cfg["headers"])
     lat: list[list[float]] = [[] for _ in range(threads)]
     errors = [0] * threads
     sent = [0] * threads                 # every request, the warm-up's included
+    ends = [0.0] * threads
     first_error: list[str] = []
+    clients = [httpx.Client(headers=headers, timeout=60.0) for _ in range(threads)]
+    for i, client in enumerate(clients):  # connected (and the server's first answer paid) before the start
+        client.get(cfg["url"])
+        sent[i] += 1
+    print("ready", flush=True)
+    start_at = float(json.loads(sys.stdin.readline())["start_at"])
+
+    def done(i: int) -> bool:
+        if count:
+            return len(lat[i]) >= count
+        return len(lat[i]) >= MIN_REQUESTS and time.time() > start_at + duration
 
     def run(i: int) -> None:
-        end = start_at + duration
-        with httpx.Client(headers=headers, timeout=60.0) as client:
-            while time.time() < start_at:
-                client.get(cfg["url"])
-                sent[i] += 1
-            while True:
-                t0 = time.perf_counter()
-                r = client.get(cfg["url"])
-                dt = time.perf_counter() - t0
-                sent[i] += 1
-                if time.time() > end:
-                    break
-                if r.status_code != 200:
-                    errors[i] += 1
-                    if not first_error:
-                        first_error.append(f"{r.status_code} {r.text[:300]}")
-                lat[i].append(dt * 1000)
+        client = clients[i]
+        while time.time() < start_at:
+            client.get(cfg["url"])
+            sent[i] += 1
+        while not done(i):
+            t0 = time.perf_counter()
+            r = client.get(cfg["url"])
+            dt = time.perf_counter() - t0
+            sent[i] += 1
+            if r.status_code != 200:
+                errors[i] += 1
+                if not first_error:
+                    first_error.append(f"{r.status_code} {r.text[:300]}")
+            lat[i].append(dt * 1000)
+        ends[i] = time.time()
 
     pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
+    for client in clients:
+        client.close()
     return {"ms": [round(x, 4) for xs in lat for x in xs], "errors": sum(errors), "sent": sum(sent),
-            "first_error": first_error[0] if first_error else None}
+            "first_error": first_error[0] if first_error else None, "span": max(ends) - start_at}
 
 
 def mlflow_populate(cfg: dict) -> dict:
@@ -372,28 +402,50 @@ def ensure_mlflow_server() -> str | None:
 # -- the measurements --------------------------------------------------------------------------
 
 def resolve_round(url: str, headers: dict[str, str], args: argparse.Namespace) -> dict:
-    """``args.clients`` clients over ``args.client_procs`` processes against ``url``."""
+    """``args.clients`` clients over ``args.client_procs`` processes against ``url``: started,
+    then (once every process says it is ready) given one start time, ``args.warmup`` s ahead.
+    Throughput is the measured requests over the measured span (the last one's end), so a
+    client that overruns a duration, or a count that takes long, is accounted for."""
     procs = args.client_procs
     per = [args.clients // procs + (1 if i < args.clients % procs else 0) for i in range(procs)]
-    start_at = time.time() + 1.0 + args.warmup          # 1 s for the processes' imports
-    cfg = {"url": url, "headers": json.dumps(headers), "start_at": start_at, "duration": args.duration}
+    cfg = {"url": url, "headers": json.dumps(headers), "duration": args.duration, "requests": args.requests}
     children = [subprocess.Popen([PYTHON, str(Path(__file__).resolve()), "client",
-                                  json.dumps({**cfg, "threads": n})], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, cwd=str(BENCH)) for n in per]
-    ms: list[float] = []
-    errors, sent, first_error = 0, 0, None
-    for child in children:
-        out, err = child.communicate(timeout=args.warmup + args.duration + 120)
-        if child.returncode != 0:
-            raise RuntimeError(f"load client failed ({child.returncode}):\n{err[-2000:]}")
-        doc = json.loads(out.strip().splitlines()[-1])
-        ms += doc["ms"]
-        errors += doc["errors"]
-        sent += doc["sent"]
-        first_error = first_error or doc["first_error"]
+                                  json.dumps({**cfg, "threads": n})], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(BENCH))
+                for n in per]
+    try:
+        for child in children:  # however long imports take on this machine
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                child.wait()
+                raise RuntimeError(f"load client failed while starting ({child.returncode}):\n"
+                                   f"{child.stderr.read()[-2000:] if child.stderr else ''}")
+        start = json.dumps({"start_at": time.time() + args.warmup}) + "\n"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(start)
+            child.stdin.flush()  # communicate() closes it
+        ms: list[float] = []
+        errors, sent, span, first_error = 0, 0, 0.0, None
+        for child in children:
+            # no wall-clock limit: each request is bounded by httpx's own timeout (60 s)
+            out, err = child.communicate()
+            if child.returncode != 0:
+                raise RuntimeError(f"load client failed ({child.returncode}):\n{err[-2000:]}")
+            doc = json.loads(out.strip().splitlines()[-1])
+            ms += doc["ms"]
+            errors += doc["errors"]
+            sent += doc["sent"]
+            span = max(span, doc["span"])
+            first_error = first_error or doc["first_error"]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     if errors:
         raise RuntimeError(f"{errors} of {len(ms)} requests to {url} failed; first: {first_error}")
-    return {"ms": ms, "rps": len(ms) / args.duration, "sent": sent}
+    return {"ms": ms, "rps": len(ms) / span, "sent": sent}
 
 
 def quantile(ms: list[float], q: float) -> float:
@@ -440,7 +492,7 @@ def measure_resolve(sides: dict[str, tuple[str, dict[str, str]]], pids: dict[str
             print(f"round {rnd + 1} {side}: {len(got['ms'])} requests, {got['rps']:.0f}/s, "
                   f"p50 {statistics.median(got['ms']):.2f} ms", file=sys.stderr)
     single = argparse.Namespace(**{**vars(args), "clients": 1, "client_procs": 1,
-                                   "duration": max(args.duration / 2, 1.0)})
+                                   "duration": max(args.duration / 2, 1.0)})  # --requests: as many
     for side in names:                                  # one client alone: latency without queueing
         got = resolve_round(*sides[side], single)
         out[side]["one"] = {"p50": quantile(got["ms"], 0.5), "p99": quantile(got["ms"], 0.99), "rps": got["rps"]}
@@ -506,7 +558,8 @@ def resolve_rows(resolve: dict[str, dict], args: argparse.Namespace) -> list[Row
     rows.append(Row(f"resolve NAME@alias over HTTP, {c} clients: throughput", ours["rps"], unit="req/s",
                     mlflow=mq["rps"] if mq else None,
                     note=vs(ours["rps"], mq["rps"] if mq else None)
-                    + f"median of {args.rounds} rounds of {args.duration:.0f} s"))
+                    + f"median of {args.rounds} rounds of "
+                    + (f"{args.requests} requests per client" if args.requests else f"{args.duration:.0f} s")))
     rows.append(Row("server CPU per resolve request (its process tree)", ours["cpu_ms"], unit="ms",
                     mlflow=mq["cpu_ms"] if mq else None,
                     note=vs(ours["cpu_ms"], mq["cpu_ms"] if mq else None)
@@ -542,7 +595,8 @@ def main() -> None:
     manifest = zipfile.ZipFile(ms.bundle("base")).read("manifest.json").decode()
     extra: dict[str, Any] = {
         "mlflow": version, "versions": args.versions, "clients": args.clients, "client_procs": args.client_procs,
-        "workers": args.workers, "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
+        "workers": args.workers, "duration_s": None if args.requests else args.duration,
+        "requests_per_client": args.requests or None, "warmup_s": args.warmup, "rounds": args.rounds,
         "setup_seconds": {},
         "databases": {"ours": "postgresql: bench_resolve.fill (ORM bulk insert), one model",
                       "mlflow": "postgresql: MLflow's ORM tables (bulk insert), one model"},

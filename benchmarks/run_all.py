@@ -67,6 +67,7 @@ def main() -> None:
                 failed.append(name)
             print(f"== {name}: {time.perf_counter() - t0:.0f} s", flush=True)
     md = table(args.quick)
+    OUT.mkdir(parents=True, exist_ok=True)  # --table-only on a fresh clone, or every script failed early
     (OUT / f"results{'-quick' if args.quick else ''}.md").write_text(md)
     print(md)
     if failed:

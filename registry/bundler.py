@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 from .format.bundle import PLACEHOLDER, FileRange, write_bundle
 from .format.zipsafe import read_entries
 from .format.chunking import MIN_CHUNK, MIN_MEMBER, entry_span, plan_chunks
-from .constants import BUNDLE_FORMAT
+from .constants import BUNDLE_FORMAT, UNNAMED_PROGRAM_HINT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
 from .format.manifest import AotiTarget, Manifest, Member, ProgramSpec, Sample, Variant, baked_device_groups, evolve
@@ -379,7 +379,8 @@ def _build_samples(b: _Builder, samples: Sequence[SampleInput], rtol: float, ato
     counts: dict[str, int] = {}
     for s in samples:
         if s.program not in b.programs:
-            raise UsageError(f"sample for unknown program {s.program!r}; programs: {', '.join(b.programs)}")
+            raise UsageError(f"sample for unknown program {s.program!r}; programs: {', '.join(b.programs)}",
+                             hint=UNNAMED_PROGRAM_HINT)
         value = load_inputs_file(s.inputs) if isinstance(s.inputs, (str, os.PathLike)) else s.inputs
         if s.program not in modules:
             _norm, archive = b.normalized[s.program]

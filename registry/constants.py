@@ -6,7 +6,8 @@ from pathlib import Path
 
 __all__ = [
     "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "ENV_URL", "ENV_TOKEN", "DEFAULT_HOME", "CREDENTIALS_FILE",
-    "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER",
+    "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER", "DEFAULT_PROGRAM",
+    "UNNAMED_PROGRAM_HINT",
     "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
     "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
     "ENV_S3_MULTIPART_THRESHOLD", "S3_MULTIPART_THRESHOLD", "s3_multipart_threshold",
@@ -36,6 +37,12 @@ BUNDLE_FORMAT = 2
 MANIFEST_MEMBER = "manifest.json"
 BUILD_MEMBER = "build.json"
 SIGNATURES_MEMBER = "signatures.json"
+#: the name torch.export.save gives the program of a one-program ``.pt2``, which a bundled
+#: ``PATH.pt2`` given without ``NAME=`` keeps: ``--sample model=...``, ``--dim model:...``
+DEFAULT_PROGRAM = "model"
+#: said wherever a program name is asked for (``--sample``, ``--dim``) and not found
+UNNAMED_PROGRAM_HINT = (f'a PATH.pt2 given without NAME= keeps the name torch.export.save gave it, "{DEFAULT_PROGRAM}": '
+                        f"--sample {DEFAULT_PROGRAM}=INPUTS.pt, --dim {DEFAULT_PROGRAM}:SYMBOL=NAME")
 
 # Hostile-input limits: decided before anything is read in full.
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024

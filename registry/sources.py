@@ -38,6 +38,7 @@ from .format.packs import PackIndex
 from .format.manifest import Manifest, Member
 from .oci.reference import OciReference, looks_like_oci
 from .refs import Ref
+from .format.times import iso_utc
 
 if TYPE_CHECKING:  # the client sits above this module: only its type is named here
     from .client import Registry
@@ -332,7 +333,7 @@ class AuditSpool:
 
     def append(self, action: str, *, actor: str, host: str, **fields: Any) -> None:
         event = {"action": action, "actor": actor, "host": host,
-                 "at": datetime.now(timezone.utc).isoformat(), **fields}
+                 "at": iso_utc(datetime.now(timezone.utc)), **fields}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -34,10 +34,12 @@ from typing import Iterator
 import pytest
 
 from tests.shared import shared_service
+from tests.until import HANG_GUARD_S
 
 __all__ = ["PostgresServer", "postgres_server", "find_pg_bin", "pg_server", "pg_url", "pg_db_url"]
 
-READY_TIMEOUT = 60.0
+#: a hang guard, never a speed limit: start-up takes seconds on an idle machine
+READY_TIMEOUT = HANG_GUARD_S
 PG_USER = "postgres"
 
 

@@ -37,11 +37,13 @@ from typing import Iterator
 import pytest
 
 from tests.shared import shared_service
+from tests.until import HANG_GUARD_S
 
 __all__ = ["SeaweedS3", "seaweed_server", "moto_server", "find_weed", "seaweed_s3", "moto_endpoint",
            "moto_s3"]
 
-READY_TIMEOUT = 60.0
+#: a hang guard, never a speed limit: start-up takes seconds on an idle machine
+READY_TIMEOUT = HANG_GUARD_S
 STOP_GRACE = 3.0  # weed drains for ~25 s on SIGTERM; its data is a temp dir
 # One volume per bucket instead of SeaweedFS's default of 7, so that the many small buckets
 # tests create do not exhaust the volume server (weed reads master.toml from its cwd).

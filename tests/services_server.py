@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from tests.services_s3 import stop_group
+from tests.until import HANG_GUARD_S
 
 __all__ = ["RunningServer", "registry_server", "make_token", "free_port", "manifest_text"]
 
@@ -44,7 +45,8 @@ def manifest_text(sha256: str, size: int, salt: str = "") -> str:
 
 
 ROOT = Path(__file__).resolve().parent.parent
-READY_TIMEOUT = 60.0
+#: a hang guard, never a speed limit: start-up takes seconds on an idle machine
+READY_TIMEOUT = HANG_GUARD_S
 
 
 @dataclass

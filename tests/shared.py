@@ -36,11 +36,15 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
+from tests.until import HANG_GUARD_S
+
 __all__ = ["built_once", "value_built_once", "shared_service"]
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 120.0
+#: a hang guard for a keeper's service: longer than a service's own ready guard (tests/until.py),
+#: which fails with the service's log; a keeper that exits is reported at once
+START_TIMEOUT = 2 * HANG_GUARD_S
 _DONE = ".complete"
 
 

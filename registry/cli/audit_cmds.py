@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..format.times import iso_utc
 from ._core import App, emit_json, pass_app
 from .render import clean, console, esc
 from .views import event_json, node_json
@@ -168,12 +169,12 @@ def audit(app: App, model: str | None, since: str | None, verify: bool, server_k
     if as_json:
         emit_json({"events": [event_json(e) for e in events]})
         return
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("seq", "time", "actor", "action", "ref", "digest", "details", box=None, header_style="bold")
+    table = Table("seq", Column("time", no_wrap=True), "actor", "action", "ref", "digest", "details", box=None, header_style="bold")
     for e in events:
         ref = e.ref or (f"{e.model}@{e.version}" if e.model and e.version else e.model or "")
-        table.add_row(str(e.seq), str(e.ts)[:19], esc(e.actor), esc(e.action), esc(ref),
+        table.add_row(str(e.seq), iso_utc(e.ts, seconds=True), esc(e.actor), esc(e.action), esc(ref),
                       esc((e.digest or "")[:19]),
                       # "fields" (a hash the chain keeps for --verify) is in --json, not here
                       esc(", ".join(f"{k}={v}" for k, v in (e.details or {}).items() if k != "fields")))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..constants import UNNAMED_PROGRAM_HINT
 from ._core import App, emit_json, parse_key_values, pass_app, warn
 from .render import clean
 
@@ -22,11 +23,14 @@ def _program_arg(text: str) -> tuple[str | None, str]:
               help="Bundle file to write (.pt2b). Written atomically.")
 @click.option("--sample", "samples", multiple=True, metavar="NAME=INPUTS.pt",
               help="Golden sample inputs for program NAME (a torch.save'd tuple of tensors); "
-                   "outputs are computed now and stored with the inputs (repeatable).")
+                   "outputs are computed now and stored with the inputs (repeatable). NAME is the program's "
+                   "name in the bundle: \"model\" for a PATH.pt2 given without NAME= (--sample model=x.pt).")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE", help="Free-form metadata (repeatable).")
 @click.option("--dim", "dims", multiple=True, metavar="PROGRAM:SYMBOL=NAME",
               help="Name a dynamic dim: SYMBOL as inspect shows it (s31) or INPUT.D (tokens.0); "
-                   "carried to other programs' inputs at the same position and range (repeatable).")
+                   "carried to other programs' inputs at the same position and range (repeatable). "
+                   "PROGRAM is \"model\" for a PATH.pt2 given without NAME=, and may be left out "
+                   "(SYMBOL=NAME) when the bundle has one program.")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance for samples (default 1e-4).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance for samples (default 1e-5).")
 @click.option("--torch-requirement", metavar="SPEC",
@@ -50,7 +54,9 @@ def bundle(app: App, programs: tuple[str, ...], out: str, samples: tuple[str, ..
     """Package .pt2 programs into one immutable, content-addressed bundle.
 
     \b
-    PROGRAM is PATH.pt2 (named "model", or the archive's own names) or NAME=PATH.pt2.
+    PROGRAM is PATH.pt2 (named "model", the name torch.export.save gives a program, or the
+    archive's own names) or NAME=PATH.pt2. --sample and --dim name programs this way:
+      pt2reg bundle m.pt2 --sample model=x.pt --dim model:x.0=batch -o m.pt2b
     Give an AOTInductor package under the same NAME as its portable program to add it as a
     target-specific variant:  encoder=enc.pt2 encoder=enc_cpu_aoti.pt2
 
@@ -75,7 +81,8 @@ def bundle(app: App, programs: tuple[str, ...], out: str, samples: tuple[str, ..
     for s in samples:
         name, sep, path = s.partition("=")
         if not sep or not name or not path:
-            raise click.BadParameter(f"expected NAME=INPUTS.pt, got {s!r}", param_hint="--sample")
+            raise click.BadParameter(f"expected NAME=INPUTS.pt, got {s!r} ({UNNAMED_PROGRAM_HINT})",
+                                     param_hint="--sample")
         sample_inputs.append(SampleInput(name, path))
     from ..format.dim_names import parse_dim_option
 

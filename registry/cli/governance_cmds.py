@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..format.times import iso_utc
 from ._core import DEVICE, App, emit_json, pass_app
 from .render import console, esc, print_attestations
 from .runtime_cmds import _IMPORT_HELP, _LIBRARY_HELP, _NATIVE_HELP
@@ -80,11 +81,12 @@ def policy_show(app: App, name: str, as_json: bool) -> None:
     if not found:
         click.echo(f"{name} has no alias policies")
         return
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("alias", "rules", "updated", "by", box=None, header_style="bold")
+    table = Table("alias", "rules", Column("updated", no_wrap=True), "by", box=None, header_style="bold")
     for p in found:
-        table.add_row(esc(p.alias), esc(p.describe()), esc(str(p.updated_at)[:19]), esc(p.updated_by or "-"))
+        table.add_row(esc(p.alias), esc(p.describe()), iso_utc(p.updated_at, seconds=True) or "-",
+                      esc(p.updated_by or "-"))
     console().print(table)
 
 

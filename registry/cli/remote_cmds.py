@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from ..format.times import iso_utc
 from ._core import App, emit_json, info, pass_app
 
 __all__ = ["login", "logout", "whoami"]
@@ -84,7 +85,7 @@ def whoami(app: App, as_json: bool) -> None:
     meta = app.registry.meta
     assert isinstance(meta, HttpMetadataStore)
     identity = meta.whoami()
-    expires = identity.expires_at.isoformat() if identity.expires_at is not None else None
+    expires = iso_utc(identity.expires_at)
     if as_json:
         emit_json({"registry": app.settings.url, "owner": identity.owner, "token_id": identity.token_id,
                    "scopes": [s.text for s in identity.scopes], "expires_at": expires})

@@ -5,6 +5,7 @@ import re
 from typing import Any, Sequence
 
 from ..format.manifest import AotiTarget, Manifest, Size
+from ..format.times import iso_utc
 
 __all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean",
            "print_attestations"]
@@ -139,7 +140,7 @@ def print_attestations(attestations: Sequence[Any], *, title: str = "attestation
 
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
     for col in ("id", "label", "result", "device", "target", "max abs", "signed by", "by", "at"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "at")  # a time is one unbroken token
     for a in attestations:
         t = a.target or {}
         cc = t.get("compute_capability")
@@ -152,5 +153,5 @@ def print_attestations(attestations: Sequence[Any], *, title: str = "attestation
         table.add_row(str(a.id), esc(a.label), verdict, esc(a.device), esc(where),
                       f"{max(errors):.3g}" if errors else "-",
                       esc(a.key_id[:19] + "...") if a.key_id else "unsigned", esc(a.created_by),
-                      esc(str(a.created_at)[:19]))
+                      esc(iso_utc(a.created_at, seconds=True) or "-"))
     console().print(table)

@@ -5,6 +5,7 @@ from typing import Any
 
 import click
 
+from ..format.times import iso_utc
 from ._core import App, emit_json, info, pass_app, transfer_progress, warn
 from .render import console, esc, format_size, print_attestations
 from .views import attestation_json, version_json, version_signatures_json
@@ -83,7 +84,7 @@ def pull(app: App, ref: str, out: str, pubkeys: tuple[str, ...], as_json: bool) 
 @pass_app
 def list_cmd(app: App, name: str | None, as_json: bool) -> None:
     """List models, or the versions of NAME."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
     reg = app.registry
     if name is None:
@@ -103,12 +104,13 @@ def list_cmd(app: App, name: str | None, as_json: bool) -> None:
         emit_json({"name": name, "versions": [{**version_json(v), "signatures": version_signatures_json(reg, v)}
                                               for v in versions]})
         return
-    table = Table("version", "digest", "size", "status", "aliases", "created", "by", box=None,
-                  header_style="bold")
+    table = Table("version", "digest", "size", "status", "aliases", Column("created", no_wrap=True), "by",
+                  box=None, header_style="bold")
     for v in versions:
         status = v.status if v.status == "active" else f"{v.status}: {v.status_reason}"
         table.add_row(str(v.number), esc(v.digest[:19]), format_size(v.size), esc(status),
-                      esc(", ".join(sorted(v.aliases or []))), str(v.created_at)[:19], esc(v.created_by))
+                      esc(", ".join(sorted(v.aliases or []))), iso_utc(v.created_at, seconds=True) or "-",
+                      esc(v.created_by))
     console().print(table)
 
 
@@ -140,7 +142,7 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
     when = f"  ({esc(ref)} at {esc(at)})" if at is not None else ""
     out.print(f"[bold]{esc(v.name)}@{v.number}[/bold]  {esc(v.digest)}{when}")
     out.print(f"status: {esc(v.status + (': ' + v.status_reason if v.status_reason else ''))}")
-    out.print(f"size: {format_size(v.size)}   created: {v.created_at} by {esc(v.created_by)}")
+    out.print(f"size: {format_size(v.size)}   created: {esc(iso_utc(v.created_at, seconds=True) or '-')} by {esc(v.created_by)}")
     if data["aliases"]:
         out.print("aliases: " + esc(", ".join(data["aliases"])))
     for k, val in sorted(data["metadata"].items()):

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ._core import App, emit_json, pass_app, warn
+from ..access.scopes import ACTIONS
+from ..format.times import iso_utc
 from .render import console, esc
 
 if TYPE_CHECKING:
@@ -16,7 +18,7 @@ __all__ = ["token", "token_json"]
 
 
 def _when(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    return iso_utc(value)
 
 
 def token_json(t: TokenRecord, now: datetime) -> dict[str, Any]:
@@ -28,16 +30,16 @@ def token_json(t: TokenRecord, now: datetime) -> dict[str, Any]:
 
 
 def _short(value: datetime | None, empty: str) -> str:
-    return value.strftime("%Y-%m-%d %H:%M") + "Z" if value is not None else empty
+    return iso_utc(value, seconds=True) if value is not None else empty
 
 
-@click.group()
-def token() -> None:
-    """API tokens for `pt2reg serve`: who may pull, push, move aliases, yank, read the audit log.
+#: written from ACTIONS, so the help lists every action a scope accepts (attest included)
+_HELP = """API tokens for `pt2reg serve`: who may pull, push, move aliases, yank, delete, attest, read
+    the audit log.
 
     \b
     Scopes (one per --scope):
-      model:<glob>:<actions>   actions from pull,push,alias,yank,delete, comma-separated;
+      model:<glob>:<actions>   actions from {actions}, comma-separated;
                                '*' matches within one name segment, '**' across segments
                                (model:team/*:pull never matches team2/x or team/a/b)
       audit:read               read and verify the audit log
@@ -46,13 +48,18 @@ def token() -> None:
     stored: a secret is printed once, when the token is created.
     Exit codes as for every command, plus 7: the token in use lacks a scope, or is missing,
     unknown, expired or revoked.
-    """
+    """.format(actions=",".join(ACTIONS))
+
+
+@click.group(help=_HELP)
+def token() -> None:
+    pass
 
 
 @token.command("create")
 @click.argument("owner", metavar="NAME")
 @click.option("--scope", "scopes", multiple=True, required=True, metavar="SCOPE",
-              help="model:<glob>:<actions>, audit:read or admin (repeatable).")
+              help=f"model:<glob>:<actions> (actions: {','.join(ACTIONS)}), audit:read or admin (repeatable).")
 @click.option("--expires", metavar="WHEN",
               help="Expire after a duration (30d, 12h, 90m, 2w) or at an ISO-8601 time "
                    "(default: never).")
@@ -84,10 +91,10 @@ def token_list(app: App, as_json: bool) -> None:
     if as_json:
         emit_json({"tokens": [token_json(t, now) for t in tokens]})
         return
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("id", "owner", "scopes", "state", "expires", "last used", "created by",
-                  box=None, header_style="bold")
+    table = Table("id", "owner", "scopes", "state", Column("expires", no_wrap=True),
+                  Column("last used", no_wrap=True), "created by", box=None, header_style="bold")
     for t in tokens:
         table.add_row(str(t.id), esc(t.owner), esc(" ".join(t.scopes)), t.state(now),
                       _short(t.expires_at, "never"), _short(t.last_used_at, "-"),

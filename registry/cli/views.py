@@ -9,6 +9,7 @@ from ..format.bundle import BundleFile
 from ..format.manifest import Manifest, baked_device_groups
 from ..refs import Ref
 from ..sources import parse_source
+from ..format.times import iso_utc
 
 if TYPE_CHECKING:
     from ..access.policy import AliasPolicy
@@ -47,7 +48,7 @@ def version_json(v: VersionRecord) -> dict[str, Any]:
     return {
         "name": v.name, "version": v.number, "digest": v.digest, "size": v.size,
         "status": v.status, "status_reason": v.status_reason,
-        "created_at": str(v.created_at), "created_by": v.created_by,
+        "created_at": iso_utc(v.created_at), "created_by": v.created_by,
         "aliases": sorted(v.aliases or []), "metadata": dict(v.metadata or {}),
     }
 
@@ -92,14 +93,14 @@ def node_json(n: LineageNode) -> dict[str, Any]:
     return {"ref": n.ref, "name": n.name, "version": n.number, "digest": n.digest, "status": n.status,
             "depth": n.depth, "aliases": sorted(n.aliases or []),
             "created_by": n.created_by,
-            "created_at": n.created_at.isoformat() if n.created_at else None,
+            "created_at": iso_utc(n.created_at),
             "environment": n.environment,
             "edges": [{"kind": e.kind, "value": e.value, "digest": e.digest, "extra": e.extra}
                       for e in n.edges]}
 
 
 def event_json(e: AuditEvent) -> dict[str, Any]:
-    return {"seq": e.seq, "time": e.ts.isoformat() if hasattr(e.ts, "isoformat") else str(e.ts),
+    return {"seq": e.seq, "time": iso_utc(e.ts),
             "actor": e.actor, "host": e.host, "action": e.action, "name": e.model, "version": e.version,
             "digest": e.digest, "ref": e.ref, "details": e.details, "hash": e.hash, "prev_hash": e.prev_hash}
 
@@ -109,7 +110,7 @@ def policy_json(p: AliasPolicy) -> dict[str, Any]:
     return {"name": p.name, "alias": p.alias, "role_scope": p.role_scope,
             "require_signature": list(p.key_ids), "require_attestation": list(p.attestations),
             "immutable": p.immutable, "rules": p.describe(),
-            "updated_at": str(p.updated_at) if p.updated_at else None, "updated_by": p.updated_by}
+            "updated_at": iso_utc(p.updated_at), "updated_by": p.updated_by}
 
 
 def attestation_json(a: AttestationRecord) -> dict[str, Any]:
@@ -117,4 +118,4 @@ def attestation_json(a: AttestationRecord) -> dict[str, Any]:
     return {"id": a.id, "ref": f"{a.name}@{a.number}", "digest": a.digest, "label": a.label,
             "passed": a.passed, "device": a.device, "target": a.target, "results": a.results,
             "error": a.error, "signed_by": a.key_id, "signature": a.signature,
-            "created_at": str(a.created_at), "created_by": a.created_by}
+            "created_at": iso_utc(a.created_at), "created_by": a.created_by}

@@ -1,10 +1,12 @@
 """``pt2reg webhook``: subscribe URLs to registry events and inspect their deliveries."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..format.times import iso_utc
 from ._core import App, emit_json, pass_app
 from .render import console, esc
 
@@ -14,8 +16,8 @@ if TYPE_CHECKING:
 __all__ = ["webhook", "COMMANDS"]
 
 
-def _when(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
+def _when(value: datetime | None) -> str | None:
+    return iso_utc(value)
 
 
 def webhook_json(w: WebhookRecord) -> dict[str, Any]:

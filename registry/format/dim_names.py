@@ -27,6 +27,7 @@ import re
 from dataclasses import replace
 from typing import Mapping, MutableMapping
 
+from ..constants import UNNAMED_PROGRAM_HINT
 from ..errors import UsageError
 from .manifest import Dim, ProgramSpec, TensorSpec
 
@@ -43,7 +44,7 @@ def parse_dim_option(text: str) -> tuple[str | None, str, str]:
     program, colon, symbol = left.rpartition(":")
     if not sep or not symbol or not name or (colon and not program):
         raise UsageError(f"expected PROGRAM:SYMBOL=NAME, got {text!r}",
-                         hint="e.g. --dim encoder:s31=batch or --dim encoder:tokens.0=batch")
+                         hint="e.g. --dim encoder:s31=batch or --dim encoder:tokens.0=batch; " + UNNAMED_PROGRAM_HINT)
     if not _NAME.match(name):
         raise UsageError(f"invalid Dim name {name!r} in --dim {text!r}",
                          hint="a Dim name is a Python identifier (letters, digits, '_')")
@@ -142,7 +143,8 @@ def name_dims(programs: MutableMapping[str, ProgramSpec],
                                  hint="write --dim PROGRAM:SYMBOL=NAME")
             program = next(iter(programs))
         if program not in programs:
-            raise UsageError(f"--dim for unknown program {program!r}; programs: {', '.join(programs)}")
+            raise UsageError(f"--dim for unknown program {program!r}; programs: {', '.join(programs)}",
+                             hint=UNNAMED_PROGRAM_HINT)
         target = explicit.setdefault(program, {})
         for key, name in keys.items():
             if not _NAME.match(str(name)):

@@ -14,7 +14,7 @@ from typing import Any
 from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..digests import canonical_json
-from ..errors import IncompatibleError, UnsafeArchiveError
+from ..errors import IncompatibleError, UnsafeArchiveError, UsageError
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
 from .verdicts import program_kinds, read_verdict
@@ -110,6 +110,41 @@ def load_json_member(path: str, entry: ZipEntry, *, where: str, max_size: int = 
     if not _json_depth_ok(value):
         raise UnsafeArchiveError(f"{where}: member {entry.name!r} is nested too deeply", member=entry.name)
     return value
+
+
+#: what a ``torch.save`` file is, told apart from a program before anything else is said about it
+#: a legacy ``torch.save`` file starts with its magic number pickled: LONG1, 10 bytes, little-endian
+_LEGACY_TORCH_SAVE = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+_TORCH_SAVE_HINT = ("save the program with torch.export.save(torch.export.export(model, args), PATH) "
+                    "and bundle that file")
+
+
+def _read_user_file(path: str, where: str) -> dict[str, ZipEntry]:
+    """The zip entries of a ``.pt2`` a user named. A ``torch.save`` file is a zip too (one root
+    folder holding ``data.pkl``), or a bare pickle in torch's legacy format: either is a
+    pickled object, never a program, and is refused as a usage error (exit 2) that says so,
+    before any member is read or anything is unpickled."""
+    try:
+        entries = read_entries(path, where=where)
+    except UnsafeArchiveError:
+        if _is_legacy_torch_save(path):
+            raise UsageError(f"{where} is a torch.save file (a pickle), not a torch.export.save program",
+                             hint=_TORCH_SAVE_HINT) from None
+        raise
+    names = {n.split("/", 1)[1] for n in entries if n.count("/") >= 1}
+    if "data.pkl" in names and not any(n.startswith("models/") or n == "archive_format" for n in names):
+        raise UsageError(f"{where} is a torch.save file (a pickle zip), not a torch.export.save program",
+                         hint=_TORCH_SAVE_HINT)
+    return entries
+
+
+def _is_legacy_torch_save(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_LEGACY_TORCH_SAVE) + 2)
+    except OSError:  # a directory, unreadable: not this
+        return False
+    return head[:1] == b"\x80" and head[2:] == _LEGACY_TORCH_SAVE  # PROTO n, then torch's magic number
 
 
 def _split_root(entries: dict[str, ZipEntry], where: str) -> tuple[str, dict[str, ZipEntry]]:
@@ -338,7 +373,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
         offset, size = span or (0, None)
         entries = read_canonical_entries(path, where=where, offset=offset, size=size)
     else:
-        entries = read_entries(path, where=where)
+        entries = _read_user_file(path, where)
     root, rel = _split_root(entries, where)
     _check_layout(rel, where)
     _check_allowlist(rel, where)

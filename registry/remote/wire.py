@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from ..errors import StoreError
+from ..format.times import iso_utc
 
 __all__ = ["encode", "decode", "decode_list", "parse_datetime", "format_datetime", "FEATURES_HEADER",
            "CLIENT_FEATURES", "client_features"]
@@ -40,10 +41,8 @@ def client_features(header: str | None) -> frozenset[str]:
 
 
 def format_datetime(when: datetime) -> str:
-    """ISO-8601 text in UTC (naive datetimes are taken as UTC)."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).isoformat()
+    """ISO-8601 text in UTC, ``Z``-suffixed (``registry.format.times.iso_utc``; naive is taken as UTC)."""
+    return iso_utc(when)
 
 
 def parse_datetime(text: str) -> datetime:

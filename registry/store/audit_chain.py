@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..digests import canonical_json, sha256_bytes
+from ..format.times import iso_utc
 
 __all__ = [
     "GENESIS_HASH", "CONTENT_FIELDS", "ChainVerdict", "format_ts", "parse_ts", "event_content",
@@ -50,9 +51,7 @@ def format_ts(when: datetime) -> str:
     >>> format_ts(datetime(2026, 11, 22, 2, 3, 4, 123456, tzinfo=timezone.utc))
     '2026-11-22T02:03:04.123456Z'
     """
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime(_TS_FORMAT)
+    return iso_utc(when)
 
 
 def parse_ts(text: str) -> datetime:

@@ -23,6 +23,7 @@ from registry.store.engine import WRITE_OPTION
 from registry.store.orm import json_text
 from tests.fixtures_pt2 import run_cli
 from tests.services_server import make_token, registry_server
+from tests.until import wait_until
 
 FAST = {"PT2REG_WEBHOOK_POLL": "0.05", "PT2REG_AUDIT_SIGN_INTERVAL": "0.05"}
 
@@ -88,13 +89,13 @@ def test_recomputed_chain_is_caught_by_the_signed_head(tmp_path):
 
             def signed_through() -> int:
                 newest = store.audit_hashes()[0][0]
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    r = httpx.get(f"{server.url}/v1/audit/head", headers=headers, timeout=5)
-                    if r.status_code == 200 and r.json()["seq"] == newest:
-                        return newest
-                    time.sleep(0.02)
-                raise AssertionError(f"event {newest} was never signed")
+
+                def signed() -> bool:
+                    r = httpx.get(f"{server.url}/v1/audit/head", headers=headers, timeout=60)
+                    return r.status_code == 200 and r.json()["seq"] == newest
+
+                wait_until(signed, f"event {newest} signed by the server")
+                return newest
 
             # changes on the direct path (no server involved) are signed too, one head each
             publish(store, "team/m", 1, ["prod"])

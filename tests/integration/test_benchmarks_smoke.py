@@ -5,6 +5,7 @@ One test per script, so the pytest-xdist workers share them (together they take 
 ``run_all.py --table-only`` then renders whatever results exist."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -47,3 +48,58 @@ def test_run_all_renders_the_table_of_every_script():
     assert "| measurement | ours | raw | ratio |" in r.stdout
     for name in SCRIPTS:
         assert f"| {name}: not run |" in r.stdout or (ROOT / "benchmarks" / "out" / f"{name}-quick.json").exists()
+
+
+def test_run_all_makes_its_output_folder(tmp_path):
+    """On a fresh clone ``benchmarks/out/`` does not exist: run_all.py makes it (a copy of the
+    two files it needs, run where nothing was ever written)."""
+    for name in ("run_all.py", "_common.py"):
+        shutil.copy(ROOT / "benchmarks" / name, tmp_path / name)
+    r = subprocess.run([sys.executable, "run_all.py", "--quick", "--table-only"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| push: not run |" in (tmp_path / "out" / "results-quick.md").read_text()
+
+
+@pytest.mark.parametrize("mode", ["requests", "duration"])
+def test_bench_server_rounds_always_have_data_points(mode, tmp_path):
+    """bench_server's load clients start measuring only once every client process has imported
+    and connected, and each records a number of requests (``--quick``: a count; a duration:
+    still at least MIN_REQUESTS), so a round has its data points however slow the machine is
+    (a round of 4.5 s on a busy machine once had none: ``StatisticsError``). The server here
+    answers after 50 ms, and the duration asked for is far shorter than one request."""
+    import argparse
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_server
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            threading.Event().wait(0.05)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        args = argparse.Namespace(clients=3, client_procs=2, warmup=0.0, duration=0.001,
+                                  requests=4 if mode == "requests" else 0)
+        got = bench_server.resolve_round(f"http://127.0.0.1:{server.server_address[1]}/", {}, args)
+    finally:
+        server.shutdown()
+    if mode == "requests":
+        assert len(got["ms"]) == 3 * 4
+    else:
+        assert len(got["ms"]) >= 3 * bench_server.MIN_REQUESTS
+    assert all(ms >= 50 for ms in got["ms"]) and got["rps"] > 0
+    assert bench_server.quantile(got["ms"], 0.99) >= bench_server.quantile(got["ms"], 0.5)

@@ -75,6 +75,43 @@ def test_load_api_takes_a_file_path(encdec, tmp_path):
     torch.testing.assert_close(bundle["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
 
 
+def test_a_one_program_bundle_is_callable_by_ref(pt2_dir, clean_home, tmp_path):
+    """The first hour: a ``.pt2`` bundled without NAME= is program "model"; pushed, it runs as
+    ``registry.load(ref)(x)``, the same as ``registry.load(ref)["model"](x)`` and as torch's own
+    load of the file."""
+    import registry
+    from tests.fixtures_pt2 import run_cli
+
+    out = tmp_path / "baked.pt2b"
+    r = run_cli("bundle", pt2_dir / "baked.pt2", "-o", out)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("push", out, "--name", "first/hour")
+    assert r.returncode == 0, r.stderr
+    loaded = registry.load("first/hour@1", device="cpu")
+    assert list(loaded) == ["model"]
+    x = torch.randn(2, 7)  # exported with batch 2 and a dynamic width 2..64
+    expected = torch.export.load(pt2_dir / "baked.pt2").module()(x)
+    torch.testing.assert_close(loaded(x), expected)
+    torch.testing.assert_close(loaded(x=x), expected)  # keywords pass through too
+    torch.testing.assert_close(loaded["model"](x), expected)
+    with pytest.raises(InputValidationError, match=r"input 'x' dim 1 .*is 65, allowed 2\.\.64"):
+        loaded(torch.randn(2, 65))  # the call is validated as a named program's is
+
+
+def test_a_bundle_of_several_programs_is_called_by_name(encdec, tmp_path):
+    """Calling the bundle itself needs one program: with several, the error names them and the
+    way to call one; loading only one of them makes the bundle callable again."""
+    from registry.errors import UsageError
+
+    both = load(encdec.path, cache_dir=tmp_path / "cache", device="cpu")
+    with pytest.raises(UsageError, match=r"the bundle has programs encoder, decoder; call one by name: "
+                                         r"bundle\['encoder'\]"):
+        both(*encdec.inputs["encoder"])
+    torch.testing.assert_close(both["encoder"](*encdec.inputs["encoder"]), encdec.expected["encoder"])
+    only = load(encdec.path, cache_dir=tmp_path / "cache", device="cpu", programs=["decoder"])
+    torch.testing.assert_close(only(*encdec.inputs["decoder"]), encdec.expected["decoder"])
+
+
 def test_load_maps_the_cached_weights_unless_asked_to_copy(encdec, tmp_path):
     """``registry.load`` maps each portable program's verified cache file (docs/decisions.md,
     "Weights are mapped, not copied"); ``map_weights=False`` copies as torch does. Same outputs either way."""

@@ -14,6 +14,7 @@ from registry.errors import ConflictError, NotFoundError, StoreError, UsageError
 from registry.refs import Ref
 from registry.store import (LineageEdge, SignatureRecord, SqlMetadataStore, make_engine,
                             open_metadata_store)
+from tests.until import HANG_GUARD_S
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 WHO = {"actor": "ana", "host": "gpu-1"}
@@ -382,14 +383,16 @@ def test_sqlite_writer_queues_for_the_lock_while_readers_proceed(tmp_path):
         publish(store, "bert", "a")
         holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
-        release = threading.Timer(3.0, holder.execute, ["COMMIT"])
-        started = time.monotonic()
-        release.start()
+        # the lock is held until COMMIT below, however long anything here takes (no timer)
         assert store.resolve("bert").number == 1  # WAL: reads do not wait for the writer
-        assert not release.finished.is_set()      # read while the writer still held the lock
-        assert publish(store, "bert", "b")[0].number == 2  # waits, then succeeds
-        assert time.monotonic() - started >= 3.0
-        release.join()
+        published: list[int] = []
+        writer = threading.Thread(target=lambda: published.append(publish(store, "bert", "b")[0].number))
+        writer.start()
+        writer.join(0.5)
+        assert published == [] and writer.is_alive()  # queued for the lock: neither done nor failed
+        holder.execute("COMMIT")
+        writer.join(HANG_GUARD_S)
+        assert published == [2]  # then it succeeds
         holder.close()
 
 

@@ -309,14 +309,11 @@ def test_permanent_s3_failure_is_one_clear_line(reg_env: RegistryEnv, mid_bundle
     assert reg_env.cli("push", str(bundle), "--name", "ok").returncode == 0   # direct, no proxy
     attempts = {"AWS_MAX_ATTEMPTS": "3"}   # the user's standard AWS setting is honoured
     with FaultProxy(reg_env.env["AWS_ENDPOINT_URL"], always(fault)) as proxy:
-        started = time.monotonic()
         r = _through(reg_env, proxy, "push", str(mid_bundles.make(2)), "--name", "down", extra=attempts)
-        elapsed = time.monotonic() - started
         assert r.returncode == 1, r.stderr
         line = _one_error_line(r)
         assert "S3" in line and proxy.endpoint in line, line
-        _assert_bounded_attempts(proxy.requests)
-        assert elapsed < 60
+        _assert_bounded_attempts(proxy.requests)  # it gives up: counted in requests, not timed
 
         home = tmp_path / "home"
         out = tmp_path / "out" / "x.pt2b"
@@ -332,7 +329,7 @@ def test_permanent_s3_failure_is_one_clear_line(reg_env: RegistryEnv, mid_bundle
     assert not [p for p in home.rglob("*") if p.is_file() and "cache" in p.parts]   # nothing cached
     r = reg_env.cli("show", "down")
     assert r.returncode == 3, r.stderr          # nothing was published
-    print(f"\n[{reg_env.kind}/{fault}] gave up after {elapsed:.1f}s: {line}")
+    print(f"\n[{reg_env.kind}/{fault}] gave up: {line}")
 
 
 # -- blobs corrupted at rest ----------------------------------------------------------------------

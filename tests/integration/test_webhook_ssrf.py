@@ -132,7 +132,7 @@ def test_a_name_rebound_to_loopback_is_never_called_and_the_checked_address_is_t
                     and by_hook[hooks[1]]["status"] == "delivered":
                 return by_hook[hooks[0]], by_hook[hooks[1]]
             return None
-        refused, delivered = _wait(settled, "the rebound delivery refused twice and the swapped one delivered", 90)
+        refused, delivered = _wait(settled, "the rebound delivery refused twice and the swapped one delivered")
         assert inside.requests() == [] and evil.requests() == [], "a rebound name was called"
         [(path, headers, body, _)] = good.requests()
         assert headers["host"] == f"swap.test:{good.port}"  # the name kept, the checked address called

@@ -24,6 +24,7 @@ from registry.store.migrate import upgrade
 from tests.fixtures_pt2 import run_cli
 from tests.integration.test_audit_head import publish
 from tests.services_server import make_token, registry_server
+from tests.until import HANG_GUARD_S
 
 pytestmark = [pytest.mark.integration]
 
@@ -92,7 +93,7 @@ class Receiver:
         return [(h["webhook-id"], verify_standard_webhook(SECRET, h, b)) for h, b in got]
 
 
-def _wait(predicate: Any, what: str, timeout: float = 20.0) -> Any:
+def _wait(predicate: Any, what: str, timeout: float = HANG_GUARD_S) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

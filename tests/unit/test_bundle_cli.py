@@ -151,3 +151,44 @@ def test_bad_inputs_one_clear_line_no_output(kind, pt2_dir, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".incomplete")]
+
+
+@pytest.mark.parametrize("saved", ["module", "tensors", "legacy-format"])
+def test_a_torch_save_file_is_named_as_such_exit_2(saved, tmp_path):
+    """The first hour: ``torch.save`` writes a pickle (a zip holding data.pkl, or the legacy bare
+    pickle), not a program. ``bundle`` says exactly that in one line, exit 2 (a usage error:
+    nothing was read but the zip's directory, nothing unpickled), naming torch.export.save."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "model.pt2"
+    if saved == "module":
+        torch.save(torch.nn.Linear(3, 2), path)
+    elif saved == "tensors":
+        torch.save((torch.randn(2, 3),), path)
+    else:
+        torch.save(torch.nn.Linear(3, 2).state_dict(), path, _use_new_zipfile_serialization=False)
+    out = tmp_path / "out.pt2b"
+    r = run_cli("bundle", path, "-o", out)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "Traceback" not in r.stderr
+    assert f"{path} is a torch.save file (a pickle" in r.stderr
+    assert "not a torch.export.save program" in r.stderr and "torch.export.save(torch.export.export(" in r.stderr
+    assert not out.exists()
+
+
+def test_sample_and_dim_name_the_program_a_plain_pt2_gets(pt2_dir, tmp_path):
+    """A PATH.pt2 given without NAME= is program "model": the help of --sample and --dim says so,
+    and so does every error about a program name they were given."""
+    help_text = " ".join(run_cli("bundle", "--help").stdout.split())
+    assert 'NAME is the program\'s name in the bundle: "model" for a PATH.pt2 given without NAME=' in help_text
+    assert 'PROGRAM is "model" for a PATH.pt2 given without NAME=' in help_text
+    out, src = tmp_path / "b.pt2b", pt2_dir / "baked.pt2"
+    hint = 'a PATH.pt2 given without NAME= keeps the name torch.export.save gave it, "model"'
+    for args in (["--sample", f"baked={pt2_dir / 'custom_op_inputs.pt'}"], ["--dim", "baked:x.1=width"],
+                 ["--dim", "x.1"], ["--sample", str(pt2_dir / "custom_op_inputs.pt")]):
+        r = run_cli("bundle", src, *args, "-o", out)
+        assert r.returncode == 2, (args, r.stderr)
+        assert hint in " ".join(r.stderr.split()), (args, r.stderr)
+        assert not out.exists()
+    r = run_cli("bundle", src, "--dim", "model:x.1=width", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(run_cli("inspect", out, "--json").stdout)["programs"]["model"]["inputs"][0]["shape"][1]["dim"] == "width"

@@ -224,3 +224,14 @@ def test_bad_expiry(text):
     with pytest.raises(UsageError, match="invalid expiry") as caught:
         parse_expiry(text, NOW)
     assert "30d" in caught.value.one_line()
+
+
+def test_token_help_lists_every_action_a_scope_takes():
+    """``token --help`` and ``token create --help`` are written from ACTIONS: none is left out
+    (``attest`` was)."""
+    from tests.cli_inprocess import run_in_process
+
+    for args in (("token", "--help"), ("token", "create", "--help")):
+        text = " ".join(run_in_process(*args).stdout.split())
+        assert ",".join(ACTIONS) in text, args
+    assert "attest" in ACTIONS

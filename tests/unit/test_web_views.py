@@ -158,3 +158,38 @@ def test_the_audit_page_filters_by_actor_action_and_time(client: Any) -> None:
     assert len(rows("action=publish&since=2000-01-01T00:00:00Z")) == 2
     assert rows("actor=nobody") == []
     assert client.get("/audit?since=yesterday").status_code == 400
+
+
+def test_the_audit_page_folds_hashes_and_keeps_each_time_on_one_line(client: Any) -> None:
+    """Readable: a hash is shown by its first digits with the whole value in a title (hover,
+    copy), a time is one ``<time>`` token (ISO 8601 UTC, the CLI's form) that the stylesheet
+    keeps from wrapping, with the exact value in its ``datetime``."""
+    _login(client, "admin")
+    page = client.get("/audit").text
+    cells = re.findall(r'<td class="mono"><span class="hash" title="([0-9a-f]{64})">([0-9a-f]{10})…</span></td>', page)
+    events = page.count('<tr class="event">')
+    assert events >= 2 and len(cells) == events and all(full.startswith(short) for full, short in cells)
+    visible = re.sub(r"<[^>]*>", " ", page)  # the text a reader sees, attributes left out
+    assert not re.search(r"[0-9a-f]{40}", visible)
+    times = re.findall(r'<time datetime="([^"]+)" title="[^"]+">([^<]+)</time>', page)
+    assert len(times) == events
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", exact) and shown == exact[:19] + "Z"
+               for exact, shown in times)
+    assert "time{white-space:nowrap}" in page and ".hash{white-space:nowrap" in page
+
+
+def test_a_digest_in_an_event_s_details_is_folded_too() -> None:
+    from registry.server.web.render import _env
+
+    digest = "sha256:" + "ab" * 32
+    html = _env().from_string("{{ v|fold }} {{ w|fold }} {{ x|fold }}").render(v=digest, w="team/m@2", x="<b>")
+    assert html == f'<span class="hash" title="{digest}">sha256:{"ab" * 6}…</span> team/m@2 &lt;b&gt;'
+
+
+def test_the_compare_page_heads_the_io_signature_so(client: Any) -> None:
+    """Inputs and outputs are the program's I/O signature, never to be read as a cryptographic one."""
+    _login(client, "admin")
+    page = client.get("/compare?ref=team/m@1&to_ref=other/x@1")
+    assert page.status_code == 200
+    assert re.findall(r"<h2[^>]*>([^<]*)</h2>", page.text)[0] == "I/O signature"
+    assert not re.search(r"<h2[^>]*>\s*Signatures?\s*<", page.text)

@@ -10,6 +10,7 @@ import pytest
 
 from registry import parallel
 from registry.parallel import Segment, hash_copy
+from tests.until import HANG_GUARD_S, wait_until
 
 
 def _open_fds(path) -> int:
@@ -27,31 +28,30 @@ def _open_fds(path) -> int:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or parallel._sync_file_range is None,
                     reason="Linux only: sync_file_range and /proc/self/fd")
 def test_a_stuck_disk_never_blocks_the_caller_and_descriptors_stay_bounded(tmp_path, monkeypatch):
-    release, calls = threading.Event(), []
+    release, calls, returned = threading.Event(), [], []
 
     path = tmp_path / "f"
 
-    def stuck(fd, offset, size, flags):  # a disk whose queue is full: the call blocks
+    def stuck(fd, offset, size, flags):  # a disk whose queue is full: the call blocks until released
         if os.readlink(f"/proc/self/fd/{fd}") == str(path):   # not another test's leftover
             calls.append((offset, size))
-        release.wait(10)
+        release.wait(HANG_GUARD_S)
+        returned.append(offset)
         return 0
 
     monkeypatch.setattr(parallel, "_sync_file_range", stuck)
     wb = parallel._Writeback()
     with open(path, "wb") as f:
         before = _open_fds(path)
-        started = time.monotonic()
         for i in range(100):
             wb.submit(f.fileno(), i, 1)
-        assert time.monotonic() - started < 1.0  # the caller never waited on the disk
+        # the caller never waited on the disk: every submit returned while the disk still holds
+        # the first request (a submit that waited would wait until release, which comes below)
+        assert returned == [] and not release.is_set()
         # one request held by the blocked thread, at most WRITEBACK_QUEUE waiting: the rest dropped
         assert _open_fds(path) - before <= parallel.WRITEBACK_QUEUE + 1
         release.set()
-        deadline = time.monotonic() + 10
-        while _open_fds(path) > before and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _open_fds(path) == before  # every duplicated descriptor was closed
+        wait_until(lambda: _open_fds(path) == before, "every duplicated descriptor closed")
     assert 1 <= len(calls) <= parallel.WRITEBACK_QUEUE + 1
 
 
@@ -69,7 +69,7 @@ def test_only_copies_that_will_be_synced_send_hints(tmp_path, monkeypatch):
     assert sent == [(0, n)]  # smaller than WRITEBACK: one hint, for the finished range
 
 
-def _wait(predicate, seconds: float = 10.0) -> bool:
+def _wait(predicate, seconds: float = HANG_GUARD_S) -> bool:
     deadline = time.monotonic() + seconds
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.005)
