@@ -53,6 +53,12 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   $sudo_ apt-get install -y -q chromium chromium-driver >/dev/null \
     || { $sudo_ apt-get update -q >/dev/null && $sudo_ apt-get install -y -q chromium chromium-driver >/dev/null; }
 fi
+if ! { command -v docker-registry || command -v registry; } >/dev/null 2>&1 || ! command -v skopeo >/dev/null 2>&1; then
+  echo "OCI registry or skopeo missing (OCI delivery is tested against the CNCF distribution server and skopeo); installing Debian's docker-registry + skopeo" >&2
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
+  $sudo_ apt-get install -y -q docker-registry skopeo >/dev/null \
+    || { $sudo_ apt-get update -q >/dev/null && $sudo_ apt-get install -y -q docker-registry skopeo >/dev/null; }
+fi
 # two workers, as many as the 2-core CI machine has; worksteal keeps both busy to the end
 if [ -n "${TIER:-}" ]; then
   [ $# -gt 0 ] || set -- "${SECOND_TIER[@]}"

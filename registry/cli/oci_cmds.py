@@ -148,6 +148,50 @@ def referrers(app: App, source: str, keys: tuple[str, ...], allow_tag: bool, ins
                              hint="do not trust this artifact's signatures; ask its publisher")
 
 
+@oci.command("unpack")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--bundle-digest", "bundle_digest", required=True, metavar="sha256:HEX",
+              help="The bundle the deployment pinned (the second field `pt2reg oci push` prints; `pt2reg show`).")
+@click.option("--layout", type=click.Choice(["triton", "bundle", "files"]), default="triton", show_default=True)
+@click.option("--referrers-from", "referrers_from", metavar="HOST/REPO@sha256:HEX",
+              help="Read the artifact's signatures from its registry (a mount carries none).")
+@click.option("--insecure", is_flag=True, help=_INSECURE_HELP)
+@click.option("--target", "target_file", metavar="FILE", help="Check against this target (pt2reg target --json), "
+              "not this machine.")
+@click.option("--require-signature", "pubkeys", multiple=True, metavar="PUB",
+              help="Refuse unless signed by one of these public keys (needs --referrers-from).")
+@click.option("--trust-native", is_flag=True, help="Serve AOTInductor variants of an unsigned bundle.")
+@click.option("--model-name", metavar="NAME", help="Triton model name (default: the model's last name part).")
+@click.option("--max-batch-size", type=int, default=0, show_default=True, help="Triton max_batch_size.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_app
+def unpack(app: App, directory: str, dest: str, bundle_digest: str, layout: str, referrers_from: str | None,
+           insecure: bool, target_file: str | None, pubkeys: tuple[str, ...], trust_native: bool,
+           model_name: str | None, max_batch_size: int, as_json: bool) -> None:
+    """Check the layers of an artifact mounted at DIRECTORY and write LAYOUT into DEST: the
+    verification step before a server starts on a Kubernetes image volume (or after
+    `oras pull`, which names files the same way).
+
+    The bundle must be --bundle-digest, every blob it needs present and matching its sha256,
+    the trust policy met and the bundle compatible with this machine (or --target) before DEST
+    is written; on any refusal DEST is left as it was.
+    """
+    from ..client.oci import pull_to_file
+    from ..runtime.target import Target
+    from ..serving.materialize import write_layout
+
+    artifact = app.registry.oci_open_mounted(directory, bundle_digest, referrers_from=referrers_from,
+                                             insecure=insecure, require_signature=pubkeys)
+    result = write_layout(artifact.source, dest, layout, write_bundle=lambda out: pull_to_file(artifact, out),
+                          trust_native=trust_native, target=Target.load(target_file) if target_file else None,
+                          model_name=model_name, max_batch_size=max_batch_size, shown=directory)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo(f"{result.ref} ({result.digest}) -> {result.dest} [{result.layout}]: {', '.join(result.files)}")
+
+
 @oci.command("export")
 @click.argument("ref")
 @click.argument("dest", type=click.Path(file_okay=False))

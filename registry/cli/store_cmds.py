@@ -156,7 +156,7 @@ def show(app: App, ref: str, at: str | None, as_json: bool) -> None:
         print_attestations(attested)
     for a in pushed:
         tag = f" (tag {a.tag})" if a.tag else ""
-        out.print(f"OCI: {esc(a.reference)}{esc(tag)}  pushed {a.pushed_at:%Y-%m-%d %H:%M:%S} by {esc(a.pushed_by)}")
+        out.print(f"OCI: {esc(a.reference)}{esc(tag)}  pushed {iso_utc(a.pushed_at, seconds=True)} by {esc(a.pushed_by)}")
 
 
 @click.group()

@@ -368,6 +368,21 @@ class Registry:
         pull_to_file(artifact, out)
         return artifact
 
+    def oci_open_mounted(self, directory: str | os.PathLike[str], bundle_digest: str, *,
+                         referrers_from: str | OciReference | None = None, insecure: bool = False,
+                         require_signature: Sequence[str] = (), progress: ProgressFn | None = None) -> OciArtifact:
+        """An artifact's layers as a Kubernetes image volume (CRI-O), ``podman --mount
+        type=artifact`` or ``oras pull`` put them in ``directory``, checked to be the bundle
+        ``bundle_digest`` (every blob verified, the trust policy enforced; its signatures read
+        from ``referrers_from``, the artifact's pinned reference, when given)."""
+        from ..oci.reference import OciReference
+        from .oci import open_mounted
+
+        where = referrers_from if referrers_from is None or isinstance(referrers_from, OciReference) \
+            else OciReference.parse(referrers_from)
+        return open_mounted(self, directory, bundle_digest, referrers_from=where, insecure=insecure,
+                            require_signature=require_signature, progress=progress)
+
     def oci_referrers(self, source: str | OciReference, *, insecure: bool = False, allow_tag: bool = False,
                       keys: Sequence[str] = ()) -> tuple[OciReference, list[OciReferrer]]:
         """The signatures and attestations attached to an OCI artifact (referrers API, or its tag

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..blobs.base import ProgressFn, locked_progress
 from ..digests import canonical_json, digest_of_bytes
-from ..errors import IntegrityError, SignatureError, UsageError
+from ..errors import IntegrityError, NotFoundError, SignatureError, UsageError
 from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest, stored_blobs
 from ..format.packs import PackIndex
 from ..oci.client import READ_PIECE, OciClient
-from ..oci.modelpack import (ATTESTATION_ARTIFACT, BUNDLE_MEDIA, BUNDLE_PATH, EMPTY_JSON, FILEPATH,
+from ..oci.modelpack import (ATTESTATION_ARTIFACT, BUNDLE_MEDIA, BUNDLE_PATH, BUNDLE_TITLE, EMPTY_JSON, TITLE, FILEPATH,
                              LEGACY_SIGNATURE_ARTIFACT, MAX_BUNDLE_LAYER_BYTES, ROLE, ROLE_BUNDLE, SIGNATURE_ARTIFACT,
                              ArtifactLayout, BundleLayer, Descriptor, blob_layer, build_manifest, modelpack_config,
                              precision_of, referrer_manifest)
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .ports import BlobStore
 
 __all__ = ["OciPushResult", "OciArtifact", "OciReferrer", "ArtifactPlan", "plan_artifact", "export_layout", "push_version", "open_artifact", "pull_to_file",
-           "list_referrers", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
+           "list_referrers", "open_mounted", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
 
 #: layers moved at once
 TRANSFERS = 8
@@ -91,13 +91,13 @@ class OciPushResult:
 
 @dataclass(frozen=True)
 class OciArtifact:
-    """An artifact read from an OCI registry: its members verified files in the cache (``source``),
-    its manifest's digest and what the bundle layer carried."""
+    """An artifact read from an OCI registry (or its mounted layers): its members verified files
+    in the cache (``source``), its pinned reference and what the bundle layer carried."""
 
-    reference: OciReference              # pinned by digest
+    reference: OciReference | None       # pinned by digest (None: a mount read without its registry)
     source: MaterializedBundle
     build: dict[str, Any] | None
-    layout: ArtifactLayout = field(repr=False)
+    layout: ArtifactLayout | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,8 @@ def plan_artifact(registry: Registry, ref: str, *, max_layer_size: int | None = 
                              f"{max_layer_size}", hint="raise the limit to the registry's own (ECR: 10000MiB)")
     roles = _roles(manifest)
     bundle_desc = Descriptor(BUNDLE_MEDIA, digest_of_bytes(bundle_bytes), len(bundle_bytes),
-                             {ROLE: ROLE_BUNDLE, FILEPATH: BUNDLE_PATH, "org.cncf.model.file.mediatype.untested": "false"})
+                             {ROLE: ROLE_BUNDLE, FILEPATH: BUNDLE_PATH, TITLE: BUNDLE_TITLE,
+                              "org.cncf.model.file.mediatype.untested": "false"})
     layers = [bundle_desc] + [blob_layer(d, n, roles.get(d, "program"), created) for d, n in blobs]
     dtypes = [dt for p in manifest.programs.values() for dt in p.dtypes]
     config = modelpack_config(name=version.name, version=version.number, created=created,
@@ -491,6 +492,65 @@ def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = Fal
     import dataclasses
 
     return OciArtifact(pinned, dataclasses.replace(src, files=files), layer.build, layout)
+
+
+def open_mounted(registry: Registry, directory: str | Path, bundle_digest: str, *,
+                 referrers_from: OciReference | None = None, insecure: bool = False,
+                 require_signature: Sequence[str] = (), progress: ProgressFn | None = None) -> OciArtifact:
+    """The artifact whose layers lie in ``directory`` as an artifact mount (a Kubernetes image
+    volume) or ``oras pull`` writes them (``oci.blobs.MountedLayers``), checked like
+    ``open_artifact``: it must be the bundle ``bundle_digest`` (what the deployment pinned),
+    every blob it needs is there at its size and hashes to its digest, and the trust policy
+    holds. A mount has no signatures; ``referrers_from`` (the artifact's pinned reference) reads
+    them from the registry's referrers."""
+    from ..oci.blobs import MountedLayers
+    from ..oci.modelpack import blob_title
+    from ..refs import validate_digest
+    from .transfer import fetch_members
+
+    validate_digest(bundle_digest)
+    root = Path(directory)
+    path = root / BUNDLE_TITLE
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BUNDLE_LAYER_BYTES + 1)
+    except OSError as exc:
+        raise NotFoundError(f"{path}: {exc.strerror or exc} (is {root} the artifact's mount?)", what="file",
+                            name=str(path)) from None
+    if len(data) > MAX_BUNDLE_LAYER_BYTES:
+        raise IntegrityError(f"{path} is larger than {MAX_BUNDLE_LAYER_BYTES} bytes: not a bundle layer")
+    layer = BundleLayer.from_bytes(data)
+    if layer.digest != bundle_digest:
+        raise IntegrityError(f"{root} holds bundle {layer.digest} ({layer.name}@{layer.version}), not the "
+                             f"{bundle_digest} pinned", hint="mount the artifact the deployment names")
+    manifest = Manifest.from_bytes(layer.manifest.encode("utf-8"), layer.digest)
+    if manifest.digest != layer.digest:
+        raise IntegrityError(f"{path}: its manifest hashes to {manifest.digest}, not {layer.digest}",
+                             hint="the mounted artifact was altered: do not use it")
+    packs = PackIndex.from_stored(layer.packs, str(path)) if layer.packs else None
+    needed = stored_blobs(layer.manifest, packs)
+    needed.discard((digest_of_bytes(layer.manifest.encode("utf-8")), len(layer.manifest.encode("utf-8"))))
+    for d, n in sorted(needed):
+        f = root / blob_title(d)
+        if not f.is_file() or f.stat().st_size != n:
+            raise IntegrityError(f"{root} lacks layer {f.name} ({n} bytes) that the bundle needs",
+                                 hint="the mount is incomplete or altered")
+    sigs: list[dict[str, Any]] = []
+    if referrers_from is not None:
+        if not referrers_from.pinned:
+            raise UsageError(f"--referrers-from {referrers_from} must be pinned by digest")
+        with client_for(referrers_from, insecure) as client:
+            sigs = _signatures(client, referrers_from, layer)
+    src = MaterializedBundle(manifest, {}, sigs, label=str(root), name=layer.name, version=layer.version,
+                             location=referrers_from.location if referrers_from is not None else None)
+    src = registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+    from ..parallel import gc_held
+
+    with gc_held():
+        files = fetch_members(manifest, MountedLayers(root), registry.cache, progress, index=packs)
+    import dataclasses
+
+    return OciArtifact(referrers_from, dataclasses.replace(src, files=files), layer.build)
 
 
 def pull_to_file(artifact: OciArtifact, out: str | Path) -> Path:

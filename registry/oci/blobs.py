@@ -7,17 +7,25 @@ size, from ``modelpack.ArtifactLayout``): the size is the manifest's, never the 
 word, and every byte is hashed against the digest as it streams (chunks of packs each against
 their own digest). Writing, deleting and listing are not this store's (``oci push`` uploads
 with ``OciClient.upload_blob``); they raise ``UsageError``.
+
+``MountedLayers`` is the same for a directory of an artifact's layers as an artifact mount
+(a Kubernetes image volume on CRI-O, ``podman --mount type=artifact``) or ``oras pull`` writes
+them: one file per layer, named by its ``org.opencontainers.image.title`` (``sha256-<hex>``
+for a blob). Every read is verified against the digest, as a local store's are.
 """
 from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping
 
+from pathlib import Path
+
 from ..blobs.base import BlobInfo
+from ..blobs.local import LocalBlobStore
 from ..errors import IntegrityError, UsageError
 from ..remote.blobs import HttpBlobStore, Target
 from .client import OciClient
 
-__all__ = ["OciBlobStore"]
+__all__ = ["OciBlobStore", "MountedLayers"]
 
 _READ_ONLY = "an OCI artifact is read here, never written: `pt2reg oci push` uploads one"
 
@@ -65,3 +73,33 @@ class OciBlobStore(HttpBlobStore):
 
     def list(self) -> Iterator[BlobInfo]:
         raise UsageError(_READ_ONLY)
+
+
+class MountedLayers(LocalBlobStore):
+    """The blob layers in ``root`` as files named ``sha256-<hex>`` (read only)."""
+
+    def __init__(self, root: str | Path) -> None:
+        super().__init__(root)
+
+    def __repr__(self) -> str:
+        return f"MountedLayers({str(self.root)!r})"
+
+    def _path(self, digest: str) -> Path:
+        from ..refs import validate_digest
+        from .modelpack import blob_title
+
+        return self.root / blob_title(validate_digest(digest))
+
+    def in_place(self, digest: str, size: int | None = None) -> None:
+        return None   # copied into the cache (verified), never mapped from a mount another may change
+
+    def _read_only(self, *args: object, **kwargs: object) -> bool:
+        raise UsageError("mounted artifact layers are read only")
+
+    put_file = put_stream = put_bytes = _read_only  # type: ignore[assignment]
+
+    def put_parts(self, *args: object, **kwargs: object) -> tuple[int, int]:
+        raise UsageError("mounted artifact layers are read only")
+
+    def delete(self, digest: str) -> None:
+        raise UsageError("mounted artifact layers are read only")

@@ -12,7 +12,7 @@ media types: no tar, no compression; weights do not compress):
   version after it was pushed attaches a signature without changing the artifact's digest. ModelPack's config allows no extension field
   (its schema says ``additionalProperties: false``), so this is a layer;
 * every **blob** the registry stores for the version (``blobs/sha256/<hex>``, annotation
-  ``dev.pt2reg.layer: blob``): per-tensor chunks, packs of small chunks and whole members,
+  ``dev.pt2reg.layer: blob``; title ``sha256-<hex>``, the file name an artifact mount gives it): per-tensor chunks, packs of small chunks and whole members,
   named by the same sha256 here as in the registry's own store. A fine-tune shares most of
   them with its parent, and an OCI registry stores (and uploads, and mounts across
   repositories) a blob once.
@@ -40,7 +40,7 @@ from ..refs import DIGEST_RE
 __all__ = [
     "IMAGE_MANIFEST", "IMAGE_INDEX", "MODEL_ARTIFACT", "MODEL_CONFIG", "WEIGHT_RAW", "WEIGHT_CONFIG_RAW", "CODE_RAW",
     "DATASET_RAW", "BUNDLE_MEDIA", "EMPTY_CONFIG", "EMPTY_JSON", "SIGNATURE_ARTIFACT", "LEGACY_SIGNATURE_ARTIFACT",
-    "ATTESTATION_ARTIFACT", "ROLE", "ROLE_BUNDLE", "ROLE_BLOB", "FILEPATH", "MAX_MANIFEST_BYTES",
+    "ATTESTATION_ARTIFACT", "ROLE", "ROLE_BUNDLE", "ROLE_BLOB", "FILEPATH", "TITLE", "BUNDLE_TITLE", "blob_title", "MAX_MANIFEST_BYTES",
     "MAX_BUNDLE_LAYER_BYTES", "Layer", "Descriptor", "ArtifactLayout", "BundleLayer", "build_manifest",
     "modelpack_config", "precision_of", "blob_layer", "referrer_manifest", "parse_index", "manifest_descriptor",
 ]
@@ -69,6 +69,10 @@ ROLE = "dev.pt2reg.layer"
 ROLE_BUNDLE = "bundle"
 ROLE_BLOB = "blob"
 FILEPATH = "org.cncf.model.filepath"
+#: the file name an artifact mount (podman, CRI-O image volumes) or ``oras pull`` gives a layer
+TITLE = "org.opencontainers.image.title"
+#: the bundle layer's file name in such a directory (``pt2reg oci unpack``)
+BUNDLE_TITLE = "pt2reg-bundle.json"
 FILE_METADATA = "org.cncf.model.file.metadata+json"
 UNTESTED = "org.cncf.model.file.mediatype.untested"
 BUNDLE_PATH = "pt2reg/bundle.json"
@@ -130,8 +134,13 @@ def blob_layer(digest: str, size: int, role: str, created: datetime) -> Layer:
     path = "blobs/sha256/" + digest.split(":", 1)[1]
     meta = {"name": path, "mode": 0o444, "uid": 0, "gid": 0, "size": size, "mtime": _rfc3339(created),
             "typeflag": 48}
-    return Layer(media, digest, size, {ROLE: ROLE_BLOB, FILEPATH: path, UNTESTED: "false",
+    return Layer(media, digest, size, {ROLE: ROLE_BLOB, FILEPATH: path, TITLE: blob_title(digest), UNTESTED: "false",
                                        FILE_METADATA: json.dumps(meta, sort_keys=True, separators=(",", ":"))})
+
+
+def blob_title(digest: str) -> str:
+    """A blob layer's file name in a mounted artifact: ``sha256-<hex>`` (flat: mounts make no folders)."""
+    return digest.replace(":", "-", 1)
 
 
 def _rfc3339(when: datetime) -> str:

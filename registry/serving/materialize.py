@@ -16,12 +16,13 @@ or failed run leaves DEST as it was.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
@@ -30,9 +31,10 @@ from ..refs import Ref
 
 if TYPE_CHECKING:
     from ..client.api import Registry
+    from ..sources import MaterializedBundle
     from ..runtime.target import Target
 
-__all__ = ["LAYOUTS", "parse_uri", "materialize_uri", "MaterializeResult"]
+__all__ = ["LAYOUTS", "parse_uri", "materialize_uri", "write_layout", "MaterializeResult"]
 
 LAYOUTS = ("triton", "bundle", "files")
 _SCHEMES = {"pt2reg": "http", "pt2regs": "https"}
@@ -101,28 +103,50 @@ def _move_into(staged: Path, dest: Path) -> list[str]:
     return names
 
 
+def _check_dest(dest: Path, layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise UsageError(f"--layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if dest.is_symlink():  # the layout would be written wherever the link points
+        raise UsageError(f"{dest} is a symlink", hint="give the real directory")
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is not a directory")
+
+
 def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, layout: str = "triton",
                     require_signature: Sequence[str] = (), trust_native: bool = False,
                     target: Target | None = None, model_name: str | None = None,
                     max_batch_size: int = 0) -> MaterializeResult:
     """Fetch ``ref`` from ``registry`` (verified), check it, and write ``layout`` into ``dest``."""
-    from ..runtime.loader import verify_bundle
     from ..sources import open_source
-    from .triton import export_triton
 
-    if layout not in LAYOUTS:
-        raise UsageError(f"--layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     dest = Path(dest)
-    if dest.is_symlink():  # the layout would be written wherever the link points
-        raise UsageError(f"{dest} is a symlink", hint="give the real directory")
-    if dest.exists() and not dest.is_dir():
-        raise UsageError(f"{dest} is not a directory")
-    artifact = None
+    _check_dest(dest, layout)
     if looks_like_oci(ref):   # an OCI artifact (parse_uri refused a tag)
+        from ..client.oci import pull_to_file
+
         artifact = registry.oci_open(OciReference.parse(ref), require_signature=require_signature)
         src = artifact.source
+        write = functools.partial(pull_to_file, artifact)
     else:   # the ref of a URI is a ref, whatever the working directory holds: never a file
         src = open_source(Ref.parse(ref), registry=registry, require_signature=require_signature)
+
+        def write(out: Path) -> object:
+            return registry.pull(ref, out, require_signature=require_signature)
+    return write_layout(src, dest, layout, write_bundle=write, trust_native=trust_native, target=target,
+                        model_name=model_name, max_batch_size=max_batch_size, shown=ref)
+
+
+def write_layout(src: MaterializedBundle, dest: str | os.PathLike, layout: str, *,
+                 write_bundle: Callable[[Path], object], trust_native: bool = False, target: Target | None = None,
+                 model_name: str | None = None, max_batch_size: int = 0, shown: str = "") -> MaterializeResult:
+    """Check a verified bundle (``verify`` against ``target``, the native-code rule) and write
+    ``layout`` into ``dest``: built beside it and moved in only when complete.
+    ``write_bundle(path)`` writes the bundle file (layout ``bundle``)."""
+    from ..runtime.loader import verify_bundle
+    from .triton import export_triton
+
+    dest = Path(dest)
+    _check_dest(dest, layout)
     parent = dest.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pt2reg-", dir=parent))
@@ -134,12 +158,7 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
             verify_bundle(src, target=target, trust_native=trust_native).raise_for_status()
             if layout == "bundle":
                 name = (src.name or "model").rsplit("/", 1)[-1]
-                if artifact is not None:
-                    from ..client.oci import pull_to_file
-
-                    pull_to_file(artifact, staged / f"{name}.pt2b")
-                else:
-                    registry.pull(ref, staged / f"{name}.pt2b", require_signature=require_signature)
+                write_bundle(staged / f"{name}.pt2b")
             else:
                 for m in src.manifest.members:
                     out = staged / m.path
@@ -149,5 +168,5 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
         names = _move_into(staged, dest)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
-    shown = f"{src.name}@{src.version}" if src.name else ref
-    return MaterializeResult(dest, layout, shown, src.digest, tuple(names))
+    label = f"{src.name}@{src.version}" if src.name else shown
+    return MaterializeResult(dest, layout, label, src.digest, tuple(names))

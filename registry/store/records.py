@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..format.times import iso_utc
+
 __all__ = [
     "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
     "LineageNode", "AuditEvent", "PendingPush", "TokenRecord", "AttestationRecord",
@@ -218,7 +220,7 @@ class OciArtifactRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"location": self.location, "tag": self.tag, "manifest_digest": self.manifest_digest,
-                "reference": self.reference, "pushed_at": self.pushed_at.isoformat(), "pushed_by": self.pushed_by}
+                "reference": self.reference, "pushed_at": iso_utc(self.pushed_at), "pushed_by": self.pushed_by}
 
 
 @dataclass(frozen=True)

@@ -352,3 +352,56 @@ def test_chunked_uploads_resume_and_match(pt2reg, published, oci_registry, reque
     assert r.exit_code == 0, r.output
     assert pt2reg("pull", "team/m@2", "-o", tmp_path / "d.pt2b").exit_code == 0
     assert (tmp_path / "c.pt2b").read_bytes() == (tmp_path / "d.pt2b").read_bytes()
+
+
+def _mount(repo: str, digest: str, into: Path) -> None:
+    """What an artifact mount (CRI-O image volume, podman type=artifact) or ``oras pull`` makes:
+    each layer's blob as a file named by its org.opencontainers.image.title."""
+    import urllib.request
+
+    into.mkdir()
+    host, _, name = repo.partition("/")
+    for layer in _manifest(f"{repo}@{digest}")["layers"]:
+        with urllib.request.urlopen(f"http://{host}/v2/{name}/blobs/{layer['digest']}") as answer:
+            (into / layer["annotations"]["org.opencontainers.image.title"]).write_bytes(answer.read())
+
+
+def test_unpack_checks_a_mounted_artifact_before_a_server_starts(pt2reg, published, oci_registry, request, tmp_path):
+    repo = _repo(request, oci_registry)
+    pushed = _push(pt2reg, "team/m@1", f"{repo}:v1")
+    mount = tmp_path / "mnt"
+    _mount(repo, pushed["manifest_digest"], mount)
+    digest = pushed["digest"]
+    r = pt2reg("oci", "unpack", mount, tmp_path / "models", "--bundle-digest", digest, "--layout", "bundle")
+    assert r.exit_code == 0, r.output
+    assert pt2reg("pull", "team/m@1", "-o", tmp_path / "direct.pt2b").exit_code == 0
+    # the mount carries no signatures; read from the registry's referrers they make it the same bytes
+    assert (tmp_path / "models" / "m.pt2b").read_bytes() != (tmp_path / "direct.pt2b").read_bytes()
+    r = pt2reg("oci", "unpack", mount, tmp_path / "signed", "--bundle-digest", digest, "--layout", "bundle",
+               "--referrers-from", f"{repo}@{pushed['manifest_digest']}", "--require-signature", published["pub"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "signed" / "m.pt2b").read_bytes() == (tmp_path / "direct.pt2b").read_bytes()
+
+    # another bundle than the one pinned
+    r = pt2reg("oci", "unpack", mount, tmp_path / "x1", "--bundle-digest", "sha256:" + "0" * 64)
+    refused(r, "not the", code=5)
+    # a policy asking for a signature the mount cannot show
+    (tmp_path / "c").mkdir()
+    _policy(tmp_path / "c", 'models = "team/*"', published["pub"])
+    from tests.cli_inprocess import invoker
+
+    r = invoker(tmp_path / "c")("oci", "unpack", mount, tmp_path / "x2", "--bundle-digest", digest, "--layout", "files")
+    refused(r, "must be signed", code=5)
+    # a damaged layer file, a missing one (a fresh home: a cache holding the verified member would
+    # be used instead of the mount, as it should)
+    fresh = invoker(tmp_path / "fresh")
+    big = max((p for p in mount.iterdir() if p.name.startswith("sha256-")), key=lambda p: p.stat().st_size)
+    data = bytearray(big.read_bytes())
+    data[100] ^= 1
+    big.write_bytes(bytes(data))
+    r = fresh("oci", "unpack", mount, tmp_path / "x3", "--bundle-digest", digest, "--layout", "files")
+    refused(r, big.name.replace("sha256-", "sha256:")[:19], code=5)
+    big.unlink()
+    r = fresh("oci", "unpack", mount, tmp_path / "x4", "--bundle-digest", digest, "--layout", "files")
+    refused(r, "lacks layer", code=5)
+    assert not any((tmp_path / f"x{i}").exists() for i in range(1, 5))
