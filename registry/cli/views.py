@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..format.bundle import BundleFile
-from ..format.manifest import Manifest, baked_device_groups
-from ..refs import Ref
-from ..sources import parse_source
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the bundle format loads only in the views that read a bundle (list/show never do)
+    from ..format.manifest import Manifest
     from ..access.policy import AliasPolicy
     from ..store.records import AttestationRecord, AuditEvent, LineageNode, VersionRecord
 
@@ -20,6 +16,8 @@ __all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_
 
 def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
     """``inspect --json``: the manifest as JSON (its ``to_json()``), its digest, size and warnings."""
+    from ..format.manifest import baked_device_groups
+
     view = {"digest": manifest.digest, "size": manifest.total_size, **manifest.to_json(),
             "warnings": manifest.warnings(),
             # what the warnings say, as data: per program, one entry per device and source line
@@ -32,6 +30,11 @@ def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
 def inspect_source(target: str, registry: Callable[[], Any]) -> tuple[Manifest, dict[str, Any]]:
     """The manifest of a bundle file (verified member by member) or a registry ref (from the
     metadata only), and what the view says besides (``path`` or ``ref``, build, signatures...)."""
+    from ..format.bundle import BundleFile
+    from ..format.manifest import Manifest
+    from ..refs import Ref
+    from ..sources import parse_source
+
     where = parse_source(target)  # a file must exist (exit 3); anything else is a ref
     if not isinstance(where, Ref):
         bundle = BundleFile.open(where)
