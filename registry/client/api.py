@@ -19,7 +19,7 @@ from ..errors import NotFoundError, RegistryError, UsageError
 from ..refs import Ref, validate_alias, validate_name
 
 # The push, pull and gc paths (the bundle format, the cache, the transfers) are imported by the
-# methods that use them: `pt2reg list` / `show` load none of them (tests/unit/test_cli_imports.py).
+# methods that use them: `pt2reg list` / `show` load none of them (tests/integration/test_cli_imports.py).
 if TYPE_CHECKING:
     from ..blobs.base import ProgressFn
     from ..sources import AuditSpool, BlobCache, MaterializedBundle
