@@ -12,8 +12,10 @@ A family of programs (``torch.export``, generated once in a child process and ca
 For each, side by side in one run (interleaved, the order rotated every repetition, the inputs
 read into the page cache before each case, ``sync`` between cases), medians of ``--reps``:
 
-whole      ``pt2reg bundle P.pt2 -o B.pt2b``; ``pt2reg push B.pt2b`` into a fresh home (its
-           SQLite database created beforehand by a tiny push: once per machine); ``pt2reg pull
+whole      ``pt2reg bundle P.pt2 -o B.pt2b``; ``pt2reg push B.pt2b`` into a fresh database and
+           store (created beforehand by a tiny push: schema creation is once per machine) from
+           the home that bundled it (its cache holds the vetting verdicts, so the program check
+           is not run again, as on the machine that bundled); ``pt2reg pull
            NAME@1 -o OUT.pt2b`` with an empty cache; each a fresh process, interpreter and
            imports included, vs ``cp`` + ``sync FILE`` of the same file (two processes).
 in-process ``build_bundle`` (vetting verdicts written, as ``pt2reg bundle`` does),
@@ -144,16 +146,25 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
     input to have in the page cache, and the cleanup before each case (untimed)."""
     n = iter(range(1_000_000))
 
-    def fresh_home() -> Path:
-        """A home whose database exists (a tiny push: schema creation is once per machine)."""
-        home = work / f"home-{next(n)}"
-        run([PT2REG, "--home", str(home), "push", str(tiny), "--name", "tiny"])
-        return home
+    # push runs on the machine that bundled: the home whose cache holds the bundler's vetting
+    # verdicts (as bench_scale's push row), into a fresh database and store each time
+    vetted = work / "vetted-home"
+    if not vetted.exists():
+        run([PT2REG, "--home", str(vetted), "bundle", str(pt2), "-o", str(work / "vetted.pt2b")])
+
+    def fresh_home() -> list[str]:
+        """--home/--db/--store of a fresh registry whose database exists (a tiny push: schema
+        creation is once per machine), with the bundling home's cache."""
+        k = next(n)
+        where = ["--home", str(vetted), "--db", f"sqlite:///{work / f'home-{k}' / 'registry.db'}",
+                 "--store", str(work / f"home-{k}" / "store")]
+        run([PT2REG, *where, "push", str(tiny), "--name", "tiny"])
+        return where
 
     pulled = work / "pull-home"
     if not pulled.exists():
         run([PT2REG, "--home", str(pulled), "push", str(bundle), "--name", "bench"])
-    homes: dict[str, Path] = {}
+    homes: dict[str, list[str]] = {}
 
     def prepare(op: str) -> Callable[[], None]:
         def go() -> None:
@@ -170,11 +181,11 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
             os.sync()
         return go
 
-    def registry(home: Path):
+    def registry(home: Path, db: str | None = None, store: str | None = None):
         from registry.client import Registry
         from registry.config import Settings
 
-        return Registry(Settings.resolve(home=str(home), env={}))
+        return Registry(Settings.resolve(home=str(home), db=db, store=store, env={}))
 
     def bundle_in_process() -> None:
         from registry.bundler import ProgramInput, build_bundle
@@ -183,7 +194,8 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
         build_bundle(work / "out-b.pt2b", [ProgramInput("model", pt2)], vetted_dir=verdicts_dir(work / "cache"))
 
     def push_in_process() -> None:
-        with registry(homes["push"]) as reg:
+        _, home, _, db, _, store = homes["push"]
+        with registry(Path(home), db, store) as reg:
             reg.push(bundle, "bench", detect_git=False)
 
     def pull_in_process() -> None:
@@ -195,7 +207,7 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
                                     str(work / "out-b.pt2b")],
                    "raw": lambda: cp_sync(pt2, work / "out-c"), "src": pt2,
                    "ours_in": bundle_in_process, "prepare": prepare("bundle")},
-        "push": {"ours": lambda: [PT2REG, "--home", str(homes["push"]), "push", str(bundle), "--name", "bench"],
+        "push": {"ours": lambda: [PT2REG, *homes["push"], "push", str(bundle), "--name", "bench"],
                  "raw": lambda: cp_sync(bundle, work / "out-c"), "src": bundle,
                  "ours_in": push_in_process, "prepare": prepare("push")},
         "pull": {"ours": lambda: [PT2REG, "--home", str(pulled), "pull", "bench@1", "-o", str(work / "out-p.pt2b")],
@@ -272,7 +284,8 @@ def main() -> None:
                 figures += measure(shape, size, args.reps, work, tiny)
                 for h in work.glob("home-*"):
                     shutil.rmtree(h, ignore_errors=True)
-                shutil.rmtree(work / "pull-home", ignore_errors=True)
+                for d in ("pull-home", "vetted-home"):
+                    shutil.rmtree(work / d, ignore_errors=True)
     rows = []
     for f in figures:
         whole = f["mode"] == "whole command"
