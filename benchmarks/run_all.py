@@ -16,7 +16,7 @@ import time
 
 from _common import BENCH, OUT, PYTHON, fmt, machine
 
-SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "sandbox", "scale", "mlflow", "server", "web",
+SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "commands", "sandbox", "scale", "mlflow", "server", "web",
            "webhooks", "gpu_load"]
 
 

@@ -715,12 +715,22 @@ def locked_progress(progress: Callable[[int], None] | None) -> Callable[[int], N
 # zlib's crc32_combine joins them in O(log n). Python's zlib module does not expose it; libz
 # does (loaded with ctypes), and a pure-Python port of the same algorithm stands in without it.
 
+@functools.lru_cache(maxsize=1)
 def _load_combine() -> Callable[[int, int, int], int] | None:
-    name = ctypes.util.find_library("z")
-    if not name:
-        return None
+    """libz's ``crc32_combine``, loaded on first use: by its usual soname first, since
+    ``find_library`` runs ``ldconfig -p`` in a child process (a cost every command that imports
+    this module paid at start-up)."""
     try:
-        lib = ctypes.CDLL(name)
+        lib = ctypes.CDLL("libz.so.1")
+    except OSError:
+        name = ctypes.util.find_library("z")
+        if not name:
+            return None
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            return None
+    try:
         fn = getattr(lib, "crc32_combine64", None)
         wide = fn is not None
         if fn is None:
@@ -763,9 +773,6 @@ def _combine_py(crc1: int, crc2: int, len2: int) -> int:
         op = _gf2_square(op)
 
 
-_combine_c = _load_combine()
-
-
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of ``A + B`` from ``crc1 = crc32(A)``, ``crc2 = crc32(B)`` and ``len(B)``.
 
@@ -773,6 +780,7 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
     True
     """
-    if _combine_c is not None:
-        return _combine_c(crc1, crc2, len2)
+    combine = _load_combine()
+    if combine is not None:
+        return combine(crc1, crc2, len2)
     return _combine_py(crc1, crc2, len2)

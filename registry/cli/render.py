@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from ..format.manifest import AotiTarget, Manifest, Size
 from ..format.times import iso_utc
+
+if TYPE_CHECKING:  # the manifest module costs every command its import; only `inspect` needs it
+    from ..format.manifest import Manifest, Size
 
 __all__ = ["format_dim", "format_shape", "format_size", "print_bundle", "console", "esc", "clean",
            "print_attestations"]
@@ -113,6 +115,8 @@ def print_bundle(manifest: Manifest, label: str | None) -> None:
             out.print("  torchbind classes: " + esc(", ".join(prog.torchbind_classes)))
         for v in prog.variants:
             if v.kind == "aoti":
+                from ..format.manifest import AotiTarget
+
                 t = v.target or AotiTarget()
                 out.print(esc(f"  AOTInductor {v.id}: device {t.device_key}, "
                               f"sm {t.compute_capability or '-'}, {t.platform or '-'} "

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..format.bundle import BundleFile
-from ..format.manifest import Manifest, baked_device_groups
-from ..refs import Ref
-from ..sources import parse_source
 from ..format.times import iso_utc
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the bundle format loads only in the views that read a bundle (list/show never do)
+    from ..format.manifest import Manifest
     from ..access.policy import AliasPolicy
     from ..store.records import AttestationRecord, AuditEvent, LineageNode, VersionRecord
 
@@ -21,6 +18,8 @@ __all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_
 
 def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
     """``inspect --json``: the manifest as JSON (its ``to_json()``), its digest, size and warnings."""
+    from ..format.manifest import baked_device_groups
+
     view = {"digest": manifest.digest, "size": manifest.total_size, **manifest.to_json(),
             "warnings": manifest.warnings(),
             # what the warnings say, as data: per program, one entry per device and source line
@@ -33,7 +32,20 @@ def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
 def inspect_source(target: str, registry: Callable[[], Any]) -> tuple[Manifest, dict[str, Any]]:
     """The manifest of a bundle file (verified member by member) or a registry ref (from the
     metadata only), and what the view says besides (``path`` or ``ref``, build, signatures...)."""
-    where = parse_source(target)  # a file must exist (exit 3); anything else is a ref
+    from ..format.bundle import BundleFile
+    from ..format.manifest import Manifest
+    from ..refs import Ref
+    from ..sources import parse_source
+
+    from ..oci.reference import OciReference
+
+    where = parse_source(target)  # a file must exist (exit 3); oci://... an OCI artifact; anything else is a ref
+    if isinstance(where, OciReference):  # its manifest and bundle layer only: no weight is downloaded
+        from ..client.oci import describe_artifact
+
+        pinned, src = describe_artifact(registry(), where, allow_tag=True)
+        return src.manifest, {"ref": str(pinned), "name": src.name, "version": src.version,
+                              "signatures": src.signatures}
     if not isinstance(where, Ref):
         bundle = BundleFile.open(where)
         bundle.verify()

@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..blobs.base import ProgressFn
 from ..config import Settings, actor, hostname
 from ..errors import NotFoundError, RegistryError, UsageError
-from ..format.bundle import BundleFile
-from ..parallel import gc_held
-from ..pt2.verdicts import verdicts_dir
 from ..refs import Ref, validate_alias, validate_name
-from ..sources import AuditSpool, BlobCache, MaterializedBundle, materialize_file
-from .gc import GcResult, collect_garbage
-from .ports import BlobStore, MetadataStore
-from .pull import Located, PullResult, describe_version, fetch_pinned, fetch_version, rebuild_bundle
-from .push import PushResult, push_bundle
 
+# The push, pull and gc paths (the bundle format, the cache, the transfers) are imported by the
+# methods that use them: `pt2reg list` / `show` load none of them (tests/integration/test_cli_imports.py).
 if TYPE_CHECKING:
+    from ..blobs.base import ProgressFn
+    from ..sources import AuditSpool, BlobCache, MaterializedBundle
+    from .gc import GcResult
+    from .ports import BlobStore, MetadataStore
+    from .pull import Located, PullResult
+    from .push import PushResult
     from ..remote.http import HttpClient
     from ..store.audit_chain import ChainVerdict
     from ..access.policy import AliasPolicy
@@ -56,10 +56,22 @@ class Registry:
         self._http: HttpClient | None = None  # remote mode: one pooled connection to the server
         self._closed = False
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.settings.cache_dir
-        self.cache = BlobCache(self.cache_dir)
-        self._spool = AuditSpool(self.settings.home / "audit-spool.jsonl")
+        self._spool_path = self.settings.home / "audit-spool.jsonl"
         self._spool_flushed = False
         self._policy: TrustPolicy | None = None
+
+    @cached_property
+    def cache(self) -> BlobCache:
+        """This machine's blob cache (``cache_dir``)."""
+        from ..sources import BlobCache
+
+        return BlobCache(self.cache_dir)
+
+    @cached_property
+    def _spool(self) -> AuditSpool:
+        from ..sources import AuditSpool
+
+        return AuditSpool(self._spool_path)
 
     # -- wiring ---------------------------------------------------------------------------
     @property
@@ -76,9 +88,10 @@ class Registry:
             self._meta = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
         if not self._spool_flushed:  # the first contact appends what was served from the cache alone
             meta, self._spool_flushed = self._meta, True
-            self._spool.flush(lambda e: meta.record_event(
-                e["action"], actor=e["actor"], host=e["host"], model=e.get("model"), number=e.get("number"),
-                digest=e.get("digest"), ref=e.get("ref"), details={"served_from_cache_at": e.get("at")}))
+            if self._spool_path.exists():  # (checked here too: most commands never load the spool's module)
+                self._spool.flush(lambda e: meta.record_event(
+                    e["action"], actor=e["actor"], host=e["host"], model=e.get("model"), number=e.get("number"),
+                    digest=e.get("digest"), ref=e.get("ref"), details={"served_from_cache_at": e.get("at")}))
         return self._meta
 
     @property
@@ -157,6 +170,11 @@ class Registry:
             from ..format.signing import load_private_key
 
             load_private_key(sign_key)  # a bad key fails before anything is uploaded
+        from ..format.bundle import BundleFile
+        from ..parallel import gc_held
+        from ..pt2.verdicts import verdicts_dir
+        from .push import push_bundle
+
         with gc_held():  # per-chunk records of a program with many tensors (parallel.gc_held)
             opened = BundleFile.open(bundle)
             signatures = []
@@ -199,6 +217,8 @@ class Registry:
         """Resolve ``ref`` once: a digest pin already cached whole (and resolved under this
         model name before) needs no database, nor does one whose manifest is cached when the
         store is local (its weights left in place: ``fetch_pinned``); anything else is looked up."""
+        from .pull import Located
+
         parsed = ref if isinstance(ref, Ref) else Ref.parse(ref)
         manifest = self.cache.pinned(parsed)
         if manifest is not None:
@@ -226,6 +246,8 @@ class Registry:
                   require_signature: Sequence[str] = ()) -> MaterializedBundle:
         """A bundle file verified into the cache, the trust policy's file rules and the
         ``require_signature`` keys enforced."""
+        from ..sources import materialize_file
+
         return self.enforce_trust(materialize_file(path, self.cache_dir, progress),
                                   require_signature=require_signature)
 
@@ -252,6 +274,9 @@ class Registry:
         files complete before deserializing (the loader's first-load sandbox). ``trust=False``
         (``pt2reg sign``, which makes the signature a policy asks for): no trust policy.
         """
+        from ..parallel import gc_held
+        from .pull import Located, fetch_pinned, fetch_version
+
         where = ref if isinstance(ref, Located) else self.locate(ref)
 
         def enforce(src: MaterializedBundle) -> MaterializedBundle:
@@ -295,11 +320,21 @@ class Registry:
                 audit()
         return src
 
-    def describe(self, ref: str | Ref, *, require_signature: Sequence[str] = ()) -> MaterializedBundle:
+    def describe(self, ref: str | Ref | OciReference, *, require_signature: Sequence[str] = ()) -> MaterializedBundle:
         """The version ``ref`` names from metadata alone: its manifest (checked against its
         digest) and signatures, the trust policy and ``require_signature`` enforced, no member
         fetched unless the cache holds them all already (then they come along). What
-        ``pt2reg verify --target FILE REF`` checks a runtime against before any download."""
+        ``pt2reg verify --target FILE REF`` checks a runtime against before any download. An
+        ``oci://HOST/REPO@sha256:...`` is read from its OCI registry's manifest and bundle layer."""
+        from ..oci.reference import OciReference, looks_like_oci
+        from ..sources import MaterializedBundle
+        from .pull import describe_version
+
+        if isinstance(ref, OciReference) or (isinstance(ref, str) and looks_like_oci(ref)):
+            from .oci import describe_artifact
+
+            where_oci = ref if isinstance(ref, OciReference) else OciReference.parse(ref)
+            return describe_artifact(self, where_oci, require_signature=require_signature)[1]
         where = self.locate(ref)
 
         def enforce(src: MaterializedBundle) -> MaterializedBundle:
@@ -322,6 +357,8 @@ class Registry:
         by one of them. Both it and the trust policy are enforced by ``materialize`` before any
         blob is fetched (exit 5 naming the model and the missing signer).
         """
+        from .pull import Located, rebuild_bundle
+
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
@@ -481,6 +518,7 @@ class Registry:
         dead pushes left half done and release their claims (``registry.client.gc``). Against
         a registry server it runs there (an admin token)."""
         from ..remote.meta import HttpMetadataStore
+        from .gc import GcResult, collect_garbage
 
         meta = self.meta
         if isinstance(meta, HttpMetadataStore):

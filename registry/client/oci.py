@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .ports import BlobStore
 
 __all__ = ["OciPushResult", "OciArtifact", "OciReferrer", "ArtifactPlan", "plan_artifact", "export_layout", "push_version", "open_artifact", "pull_to_file",
-           "list_referrers", "open_mounted", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
+           "list_referrers", "open_mounted", "describe_artifact", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
 
 #: layers moved at once
 TRANSFERS = 8
@@ -466,6 +466,21 @@ def _referrer_layers(client: OciClient, pinned: OciReference,
         body = client.read_blob(layer.digest, layer.size, MAX_REFERRER_BYTES)
         yield Descriptor(desc.media_type, desc.digest, desc.size, {str(k): str(v) for k, v in notes.items()}, kind), \
             kind, body, notes
+
+
+def describe_artifact(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,
+                      require_signature: Sequence[str] = ()) -> tuple[OciReference, MaterializedBundle]:
+    """The artifact's bundle from its manifest and bundle layer alone (checked, trusted), no
+    weight fetched: what ``verify --target FILE oci://...`` and ``inspect`` need. A tag is
+    read with ``allow_tag`` only; the pinned reference comes back."""
+    if not ref.pinned and not allow_tag:
+        raise UsageError(f"{ref} names a tag, which can move", hint="pin it: HOST/REPO@sha256:<hex>")
+    with client_for(ref, insecure) as client:
+        pinned, _layout, layer, manifest, _packs = _read_artifact(client, ref)
+        sigs = _signatures(client, pinned, layer)
+    src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
+                             location=pinned.location)
+    return pinned, registry.enforce_trust(src, require_signature=require_signature, pinned=True)
 
 
 def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,

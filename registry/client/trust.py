@@ -51,10 +51,12 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..errors import SignatureError, UsageError
-from ..sources import MaterializedBundle
+
+if TYPE_CHECKING:  # reading a policy (`pt2reg show`) needs no bundle machinery
+    from ..sources import MaterializedBundle
 
 __all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust", "STATE_FILE"]
 

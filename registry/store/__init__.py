@@ -7,11 +7,33 @@
 """
 from __future__ import annotations
 
-from .engine import kept_engine, make_engine
-from .migrate import current_revision, ensure_schema, head_revision, upgrade
-from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                      PendingPush, SignatureRecord, VersionRecord)
-from .sql import SqlMetadataStore
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine import make_engine
+    from .migrate import current_revision, ensure_schema, head_revision, upgrade
+    from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+                          PendingPush, SignatureRecord, VersionRecord)
+    from .sql import SqlMetadataStore
+
+#: every name below loads its module on first use: ``registry.store.records`` (plain dataclasses,
+#: what a bundle's build info and lineage are made of) must not cost SQLAlchemy's import
+_LAZY = {
+    "make_engine": "engine", "ensure_schema": "migrate", "upgrade": "migrate", "current_revision": "migrate",
+    "head_revision": "migrate", "SqlMetadataStore": "sql",
+    **dict.fromkeys(("AliasRecord", "AuditEvent", "LineageEdge", "LineageNode", "ModelRecord", "PendingPush",
+                     "SignatureRecord", "VersionRecord"), "records"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
@@ -24,6 +46,11 @@ def open_metadata_store(url: str, *, auto_create: bool) -> SqlMetadataStore:
         open_metadata_store("postgresql://reg@db/registry", auto_create=False)
         # raises DatabaseOutdatedError: the database ... has no registry schema yet
     """
+    from .engine import kept_engine
+    from .sql import SqlMetadataStore
+
+    # looked up in this package's namespace at call time, as a module-level import would be
+    ensure_schema = globals().get("ensure_schema") or __getattr__("ensure_schema")
     engine, release = kept_engine(url, lambda e: ensure_schema(e, auto_create=auto_create))  # shared in-process
     return SqlMetadataStore(engine, on_close=release)
 

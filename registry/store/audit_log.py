@@ -20,7 +20,6 @@ from .engine import AUDIT_LOCK_KEY, advisory_lock
 from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError, UsageError
-from ..format.manifest import recorded_facts, stored_blobs
 from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, TokenRow, VersionBlobRow,
                   VersionPackRow, VersionRow, json_text, now_text)
 
@@ -110,6 +109,8 @@ def _blobs_disagree(session: Session) -> tuple[str, int, str] | None:
     """The first version whose stored manifest does not hash to its digest, whose size or
     metadata are not its manifest's (``recorded_facts``), or whose ``version_blobs`` rows are not
     exactly the blobs its manifest needs."""
+    from ..format.manifest import recorded_facts, stored_blobs  # a manifest parse: not for every command
+
     rows: dict[int, set[tuple[str, int]]] = {}
     for vid, digest, size in session.execute(select(VersionBlobRow.version_id, VersionBlobRow.blob_digest,
                                                     VersionBlobRow.size).execution_options(yield_per=5000)):

@@ -34,7 +34,6 @@ from sqlalchemy.orm import Session, defer
 from .audit_chain import ChainVerdict, format_ts, parse_ts
 from ..errors import (NotAuthenticatedError, NotFoundError,
                       SignatureError, UsageError)
-from ..format.manifest import stored_blobs
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
 from ..refs import Ref, validate_alias, validate_digest, validate_digests, validate_name
 from ..access.scopes import Identity, parse_scope
@@ -772,6 +771,8 @@ class SqlMetadataStore:
         version whose blobs were swept. ``released`` is set to their ids. Each deletion
         is recorded as a ``gc.delete`` audit event in the same transaction.
         """
+        from ..format.manifest import stored_blobs  # a manifest parse: loaded by gc, not by every command
+
         wanted = list(candidates)
         extra = _audit_details(audit_details)
 

@@ -31,6 +31,17 @@ def test_packaged_schema_is_the_repository_schema():
     assert load_schema() == json.loads((ROOT / "schema" / "manifest.schema.json").read_text())
 
 
+def test_packaged_schema_is_a_valid_schema_of_its_draft():
+    """The validator trusts the shipped schema (no metaschema check per process): checked here."""
+    import jsonschema
+
+    schema = load_schema()
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    broken = {**schema, "properties": {**schema["properties"], "format": {"type": "no-such-type"}}}
+    with pytest.raises(jsonschema.SchemaError):
+        jsonschema.validators.validator_for(broken).check_schema(broken)
+
+
 def test_minimal_manifest_is_valid_and_digest_is_canonical():
     m = Manifest.from_raw(minimal())
     again = Manifest.from_raw(json.loads(json.dumps(minimal(), indent=4)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -515,6 +516,25 @@ def test_the_python_crc32_combine_matches_zlib():
     for n in (0, 1, 7, 8, 4096, 77_777):
         a, b = os.urandom(13), os.urandom(n)
         assert _combine_py(zlib.crc32(a), zlib.crc32(b), n) == zlib.crc32(a + b), n
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libz.so.1: the Linux soname")
+def test_libz_crc32_combine_is_loaded_by_its_soname_and_matches_zlib():
+    """Loaded on first use without ``find_library`` (which runs ``ldconfig`` in a child process)."""
+    import zlib
+
+    from registry.parallel import _load_combine
+
+    combine = _load_combine()
+    assert combine is not None
+    for n in (0, 1, 4096, 3 << 30):
+        a, b = os.urandom(13), os.urandom(min(n, 1 << 16))
+        if n == len(b):
+            assert combine(zlib.crc32(a), zlib.crc32(b), n) == zlib.crc32(a + b), n
+        else:  # a length beyond 32 bits (crc32_combine64): agrees with the Python port
+            from registry.parallel import _combine_py
+
+            assert combine(zlib.crc32(a), 0x1234567, n) == _combine_py(zlib.crc32(a), 0x1234567, n)
 
 
 def test_gc_held_pauses_the_collector_for_nested_and_concurrent_holds_only():

@@ -1,0 +1,302 @@
+"""Data paths as a user times them: each ``pt2reg`` command as a whole process, beside the same
+operation in-process, against the raw operation on the same bytes (issue 45).
+
+A family of programs (``torch.export``, generated once in a child process and cached under
+``out/models-shapes/``), each at 200 MiB and 2 GiB of fp32:
+
+* ``large``: few large tensors (8 of 1/8 of the size each);
+* ``small``: many small ones (log-uniform 4-256 KiB: ~3,300 at 200 MiB, ~34,000 at 2 GiB);
+* ``mixed``: the shape of issue 45's table: one tensor of 15.6 % of the size (320 MiB at 2 GiB),
+  ~570 per 2 GiB of 4-20 KiB and the rest in tensors of 1-7 MiB (~430 at 2 GiB).
+
+For each, side by side in one run (interleaved, the order rotated every repetition, the inputs
+read into the page cache before each case, ``sync`` between cases), medians of ``--reps``:
+
+whole      ``pt2reg bundle P.pt2 -o B.pt2b``; ``pt2reg push B.pt2b`` into a fresh database and
+           store (created beforehand by a tiny push: schema creation is once per machine) from
+           the home that bundled it (its cache holds the vetting verdicts, so the program check
+           is not run again, as on the machine that bundled); ``pt2reg pull
+           NAME@1 -o OUT.pt2b`` with an empty cache; each a fresh process, interpreter and
+           imports included, vs ``cp`` + ``sync FILE`` of the same file (two processes).
+in-process ``build_bundle`` (vetting verdicts written, as ``pt2reg bundle`` does),
+           ``Registry.push``, ``Registry.pull`` in this warm process vs ``shutil.copyfile`` +
+           ``fsync``.
+
+Every figure is written to ``out/commands[-quick].json`` with the date, the machine, its load
+average when measured, and the exact commands of both sides. The registry's bytecode is
+compiled first (``compileall``), as ``pip install`` leaves it: a machine that sets
+``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module of it in every process.
+
+    .venv/bin/python benchmarks/bench_commands.py                        # 3 shapes x 200 MiB and 2 GiB
+    .venv/bin/python benchmarks/bench_commands.py --sizes 200 --shapes mixed --reps 5
+    .venv/bin/python benchmarks/bench_commands.py --quick                # smoke test: 8 MiB, 1 repetition
+"""
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from _common import OUT, PT2REG, PYTHON, REPO, MiB, Row, machine, median, report, run, scratch, side_by_side, \
+    warm_files
+
+SHAPES = ("large", "small", "mixed")
+KiB = 1024
+TARGET = {"bundle": 1.3, "push": 1.3, "pull": 1.3}  # issue 45 point 3, local store, whole commands
+HEAD = 64
+
+
+# -- the programs ----------------------------------------------------------------------------
+
+def tensor_sizes(shape: str, total_mib: float, seed: int = 0) -> list[int]:
+    """Element counts (fp32) of every tensor of ``shape`` at ``total_mib``; deterministic."""
+    rng = random.Random(f"{shape}-{total_mib}-{seed}")
+    total = int(total_mib * MiB) // 4
+    if shape == "large":
+        return [total // 8 // 256 * 256] * 8
+    if shape == "small":
+        out: list[int] = []
+        while sum(out) < total:
+            out.append(round(2 ** rng.uniform(12, 18) / 4))
+        return out
+    if shape == "mixed":
+        huge = int(total * 320 / 2048) // 1024 * 1024
+        small = [round(rng.uniform(4 * KiB, 20 * KiB) / 4) for _ in range(max(8, round(570 * total_mib / 2048)))]
+        mids: list[int] = []
+        left = total - huge - sum(small)
+        while left > 0:
+            n = min(left, round(rng.uniform(1 * MiB, 7 * MiB) / 4)) // 256 * 256 or left
+            mids.append(n)
+            left -= n
+        rest = mids + small
+        rng.shuffle(rest)
+        return [huge, *rest]
+    raise SystemExit(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+
+
+def program(shape: str, total_mib: float) -> Path:
+    """The ``.pt2`` of ``shape`` at ``total_mib``, generated once (a child process: torch stays
+    out of this one) and cached under ``out/models-shapes``."""
+    d = OUT / "models-shapes" / f"{shape}-{total_mib:g}m"
+    pt2 = d / "program.pt2"
+    if pt2.is_file():
+        return pt2
+    tmp = d.parent / f"{d.name}.incomplete-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    print(f"generating {shape} {total_mib:g} MiB -> {d} (once; cached)", file=sys.stderr, flush=True)
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_commands as b; "
+            f"b._generate({shape!r}, {total_mib!r}, {str(tmp / 'program.pt2')!r})")
+    run([PYTHON, "-c", code])
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+    return pt2
+
+
+def _generate(shape: str, total_mib: float, out: str) -> None:
+    import torch
+
+    sizes = tensor_sizes(shape, total_mib)
+
+    class Shape(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(HEAD, HEAD, bias=False)
+            for i, n in enumerate(sizes):
+                dims = (n // 256, 256) if n >= 256 * 256 and n % 256 == 0 else (n,)
+                self.register_parameter(f"p{i:05d}", torch.nn.Parameter(torch.empty(dims)))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.head(x))
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model = Shape().eval()
+        for t in model.state_dict().values():
+            t.uniform_(-0.02, 0.02, generator=gen)
+    ep = torch.export.export(model, (torch.zeros(2, HEAD),))
+    if len(ep.state_dict) != len(sizes) + 1:
+        raise SystemExit(f"export kept {len(ep.state_dict)} of {len(sizes) + 1} tensors")
+    torch.export.save(ep, out)
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+def cp_sync(src: Path, dest: Path) -> list[list[str]]:
+    return [["cp", str(src), str(dest)], ["sync", str(dest)]]
+
+
+def copy_fsync(src: Path, dest: Path) -> None:
+    shutil.copyfile(src, dest)
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[str, Any]]:
+    """Per operation: the whole commands (ours, raw), the in-process callables (ours, raw), the
+    input to have in the page cache, and the cleanup before each case (untimed)."""
+    n = iter(range(1_000_000))
+
+    # push runs on the machine that bundled: the home whose cache holds the bundler's vetting
+    # verdicts (as bench_scale's push row), into a fresh database and store each time
+    vetted = work / "vetted-home"
+    if not vetted.exists():
+        run([PT2REG, "--home", str(vetted), "bundle", str(pt2), "-o", str(work / "vetted.pt2b")])
+
+    def fresh_home() -> list[str]:
+        """--home/--db/--store of a fresh registry whose database exists (a tiny push: schema
+        creation is once per machine), with the bundling home's cache."""
+        k = next(n)
+        where = ["--home", str(vetted), "--db", f"sqlite:///{work / f'home-{k}' / 'registry.db'}",
+                 "--store", str(work / f"home-{k}" / "store")]
+        run([PT2REG, *where, "push", str(tiny), "--name", "tiny"])
+        return where
+
+    pulled = work / "pull-home"
+    if not pulled.exists():
+        run([PT2REG, "--home", str(pulled), "push", str(bundle), "--name", "bench"])
+    homes: dict[str, list[str]] = {}
+
+    def prepare(op: str) -> Callable[[], None]:
+        def go() -> None:
+            for p in work.glob("out-*"):
+                p.unlink()
+            if op == "push":
+                homes["push"] = fresh_home()
+            if op == "pull":
+                shutil.rmtree(pulled / "cache", ignore_errors=True)
+            if op == "bundle":  # no vetting verdict from the last run: the program is checked again
+                shutil.rmtree(work / "bundler" / "cache", ignore_errors=True)
+                shutil.rmtree(work / "cache", ignore_errors=True)
+            warm_files(pt2 if op == "bundle" else bundle)
+            os.sync()
+        return go
+
+    def registry(home: Path, db: str | None = None, store: str | None = None):
+        from registry.client import Registry
+        from registry.config import Settings
+
+        return Registry(Settings.resolve(home=str(home), db=db, store=store, env={}))
+
+    def bundle_in_process() -> None:
+        from registry.bundler import ProgramInput, build_bundle
+        from registry.pt2.verdicts import verdicts_dir
+
+        build_bundle(work / "out-b.pt2b", [ProgramInput("model", pt2)], vetted_dir=verdicts_dir(work / "cache"))
+
+    def push_in_process() -> None:
+        _, home, _, db, _, store = homes["push"]
+        with registry(Path(home), db, store) as reg:
+            reg.push(bundle, "bench", detect_git=False)
+
+    def pull_in_process() -> None:
+        with registry(pulled) as reg:
+            reg.pull("bench@1", work / "out-p.pt2b")
+
+    return {
+        "bundle": {"ours": lambda: [PT2REG, "--home", str(work / "bundler"), "bundle", str(pt2), "-o",
+                                    str(work / "out-b.pt2b")],
+                   "raw": lambda: cp_sync(pt2, work / "out-c"), "src": pt2,
+                   "ours_in": bundle_in_process, "prepare": prepare("bundle")},
+        "push": {"ours": lambda: [PT2REG, *homes["push"], "push", str(bundle), "--name", "bench"],
+                 "raw": lambda: cp_sync(bundle, work / "out-c"), "src": bundle,
+                 "ours_in": push_in_process, "prepare": prepare("push")},
+        "pull": {"ours": lambda: [PT2REG, "--home", str(pulled), "pull", "bench@1", "-o", str(work / "out-p.pt2b")],
+                 "raw": lambda: cp_sync(bundle, work / "out-c"), "src": bundle,
+                 "ours_in": pull_in_process, "prepare": prepare("pull")},
+    }
+
+
+def measure(shape: str, size: float, reps: int, work: Path, tiny: Path) -> list[dict[str, Any]]:
+    pt2 = program(shape, size)
+    bundle = work / f"{shape}.pt2b"
+    run([PT2REG, "--home", str(work / "bundler"), "bundle", str(pt2), "-o", str(bundle)])
+    ops = commands(work, pt2, bundle, tiny)
+    figures = []
+    for op, c in ops.items():
+        said: dict[str, Any] = {}
+
+        def whole_ours(c: dict = c) -> None:
+            said["ours"] = c["ours"]()
+            run(said["ours"])
+
+        def whole_raw(c: dict = c) -> None:
+            said["raw"] = c["raw"]()
+            for cmd in said["raw"]:
+                run(cmd)
+
+        def in_raw(c: dict = c) -> None:
+            copy_fsync(c["src"], work / "out-c")
+
+        cases = {"whole ours": whole_ours, "whole raw": whole_raw, "in ours": c["ours_in"], "in raw": in_raw}
+        before = dict.fromkeys(cases, c["prepare"])
+        side_by_side(1, cases, before=before)  # warm-up: bytecode, page cache, the first deserialization
+        load = os.getloadavg()
+        t = side_by_side(reps, cases, before=before)
+        m = {k: median(v) for k, v in t.items()}
+        mib = c["src"].stat().st_size / MiB
+        common = {"op": op, "shape": shape, "size_mib": round(mib, 1), "tensors": len(tensor_sizes(shape, size)),
+                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+                  "loadavg_1_5_15": [round(x, 2) for x in load], "reps": reps}
+        figures.append({**common, "mode": "whole command", "ours_s": m["whole ours"], "raw_s": m["whole raw"],
+                        "ratio": m["whole ours"] / m["whole raw"], "target": TARGET[op],
+                        "ours_command": " ".join(said["ours"]),
+                        "raw_command": " && ".join(" ".join(x) for x in said["raw"]), "timings": t})
+        figures.append({**common, "mode": "in-process", "ours_s": m["in ours"], "raw_s": m["in raw"],
+                        "ratio": m["in ours"] / m["in raw"],
+                        "ours_command": {"bundle": "registry.bundler.build_bundle", "push": "Registry.push",
+                                         "pull": "Registry.pull"}[op],
+                        "raw_command": "shutil.copyfile + os.fsync"})
+        print(f"{op} {shape} {mib:,.0f} MiB: whole {figures[-2]['ratio']:.2f}x, in-process "
+              f"{figures[-1]['ratio']:.2f}x (load {load[0]:.1f})", file=sys.stderr, flush=True)
+    return figures
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="8 MiB programs, one repetition (smoke test)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions (default 3; quick 1)")
+    p.add_argument("--sizes", default=None, help="comma-separated MiB (default 200,2048; quick 8)")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {','.join(SHAPES)}")
+    args = p.parse_args()
+    args.reps = args.reps or (1 if args.quick else 3)
+    sizes = [float(s) for s in (args.sizes or ("8" if args.quick else "200,2048")).split(",")]
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    for s in shapes:
+        tensor_sizes(s, 1)  # an unknown shape stops here
+    compileall.compile_dir(str(REPO / "registry"), quiet=1)  # as pip install leaves it
+    figures: list[dict[str, Any]] = []
+    with scratch("commands-") as work:
+        tiny = work / "tiny.pt2b"
+        shutil.copyfile(REPO / "tests" / "data" / "format1" / "mlp.pt2b", tiny)
+        for size in sizes:
+            for shape in shapes:
+                figures += measure(shape, size, args.reps, work, tiny)
+                for h in work.glob("home-*"):
+                    shutil.rmtree(h, ignore_errors=True)
+                for d in ("pull-home", "vetted-home"):
+                    shutil.rmtree(work / d, ignore_errors=True)
+    rows = []
+    for f in figures:
+        whole = f["mode"] == "whole command"
+        target = f"<= {f['target']}x vs cp + sync" if whole else ""
+        rows.append(Row(f"{f['op']} {f['shape']} {f['size_mib']:,.0f} MiB ({f['tensors']:,} tensors), {f['mode']}",
+                        f["ours_s"], f["raw_s"], target=target,
+                        ok=(f["ratio"] <= f["target"]) if whole else None,
+                        note=f"load {f['loadavg_1_5_15'][0]}; " + f["ours_command"].replace(str(OUT), "out")[:80]))
+    report("commands", "Whole commands and in-process vs cp + sync (issue 45)", rows, args,
+           {"figures": figures, "bytecode": "compiled (compileall) before measuring"})
+
+
+if __name__ == "__main__":
+    main()
