@@ -25,7 +25,10 @@ router = APIRouter()
 
 def _location(text: str) -> str:
     """``HOST/REPOSITORY`` as ``OciReference`` reads it (no tag or digest)."""
-    ref = OciReference.parse(text)
+    try:
+        ref = OciReference.parse(text)
+    except UsageError as exc:
+        raise UsageError(f"field 'location': {exc.message}", hint="HOST/REPOSITORY, e.g. ghcr.io/team/m") from None
     if ref.tag is not None or ref.digest is not None or ref.location != text.lower():
         raise UsageError(f"field 'location' must be HOST/REPOSITORY, got {text[:80]!r}")
     return ref.location
@@ -39,7 +42,10 @@ def record_oci(request: Request, call: Call = on_model("push", "body:name")) -> 
     body = call.body
     tag = fields.opt_text(body, "tag", max_len=128)
     if tag is not None:
-        OciReference.parse(f"h.io/r:{tag}")   # a tag as the distribution spec writes one
+        try:
+            OciReference.parse(f"h.io/r:{tag}")   # a tag as the distribution spec writes one
+        except UsageError:
+            raise UsageError(f"field 'tag' is not an OCI tag: {tag[:80]!r}") from None
     record = server_state(request).meta.record_oci_artifact(
         validate_name(fields.text(body, "name")), fields.number(body, "number"),
         location=_location(fields.text(body, "location", max_len=255)), tag=tag,
