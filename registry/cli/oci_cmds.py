@@ -108,10 +108,9 @@ def pull(app: App, source: str, out: str, allow_tag: bool, insecure: bool, pubke
     every blob against its sha256 as it streams.
     """
     reg = app.registry
-    artifact = reg.oci_pull(source, out, insecure=insecure, allow_tag=allow_tag, require_signature=pubkeys)
-    src = artifact.source
+    pinned, src = reg.oci_pull(source, out, insecure=insecure, allow_tag=allow_tag, require_signature=pubkeys)
     if as_json:
-        emit_json({"path": out, "reference": str(artifact.reference), "name": src.name, "version": src.version,
+        emit_json({"path": out, "reference": str(pinned), "name": src.name, "version": src.version,
                    "digest": src.digest, "trusted_signers": list(src.trusted_signers)})
         return
     click.echo(f"{out} {src.name}@{src.version} {src.digest}")

@@ -395,15 +395,18 @@ class Registry:
 
     def oci_pull(self, source: str | OciReference, out: str | os.PathLike[str], *, insecure: bool = False,
                  allow_tag: bool = False, require_signature: Sequence[str] = (),
-                 progress: ProgressFn | None = None) -> OciArtifact:
-        """``oci_open``, then the bundle file written at ``out`` (atomically): the same bytes
-        ``pull`` writes for the version."""
-        from .oci import pull_to_file
+                 progress: ProgressFn | None = None) -> tuple[OciReference, MaterializedBundle]:
+        """The artifact's bundle file written at ``out`` (atomically), checked as ``oci_open``
+        checks it: the same bytes ``pull`` writes for the version, each chunk fetched straight
+        into its place (``client.oci.pull_direct``). Returns the pinned reference and the
+        trusted bundle (its members are not kept in the cache)."""
+        from ..oci.reference import OciReference
+        from .oci import pull_direct
 
-        artifact = self.oci_open(source, insecure=insecure, allow_tag=allow_tag,
-                                 require_signature=require_signature, progress=progress)
-        pull_to_file(artifact, out)
-        return artifact
+        where = source if isinstance(source, OciReference) else OciReference.parse(source)
+        pinned, src = pull_direct(self, where, out, insecure=insecure, allow_tag=allow_tag,
+                                  require_signature=require_signature, progress=progress)
+        return pinned, src
 
     def oci_open_mounted(self, directory: str | os.PathLike[str], bundle_digest: str, *,
                          referrers_from: str | OciReference | None = None, insecure: bool = False,

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .ports import BlobStore
 
 __all__ = ["OciPushResult", "OciArtifact", "OciReferrer", "ArtifactPlan", "plan_artifact", "export_layout", "push_version", "open_artifact", "pull_to_file",
-           "list_referrers", "open_mounted", "describe_artifact", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
+           "list_referrers", "open_mounted", "describe_artifact", "pull_direct", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
 
 #: layers moved at once
 TRANSFERS = 8
@@ -575,6 +575,50 @@ def pull_to_file(artifact: OciArtifact, out: str | Path) -> Path:
     sources = {path: FileRange(p, 0, sizes[path]) for path, p in src.files.items()}
     write_bundle(out, src.manifest, sources, build=artifact.build, signatures=src.signatures or None)
     return Path(out)
+
+
+def pull_direct(registry: Registry, ref: OciReference, out: str | Path, *, insecure: bool = False,
+                allow_tag: bool = False, require_signature: Sequence[str] = (),
+                progress: ProgressFn | None = None) -> tuple[OciReference, MaterializedBundle]:
+    """``open_artifact`` + ``pull_to_file`` in one pass: every chunk fetched straight into its
+    place in the bundle file (hashed against its sha256 as it streams), not into the cache
+    first and copied (a 2 GiB pull wrote and hashed every byte twice). Members this machine has
+    cached already are copied from the cache. The same checks, in the same order, before any
+    weight; the same bytes. Returns the pinned reference and the (trusted) bundle, no files."""
+    from ..blobs.base import Part
+    from ..format.bundle import FileRange, copy_member, write_bundle_filled
+    from ..oci.blobs import OciBlobStore
+    from ..parallel import gc_held
+    from .transfer import fetch_parts, member_parts
+
+    if not ref.pinned and not allow_tag:
+        raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
+                         hint=f"use {ref.host}/{ref.repository}@sha256:<hex> (`pt2reg oci push` prints it), "
+                              "or pass --allow-tag")
+    with client_for(ref, insecure) as client:
+        pinned, layout, layer, manifest, packs = _read_artifact(client, ref)
+        sigs = _signatures(client, pinned, layer)
+        src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
+                                 location=pinned.location)
+        src = registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+        store = OciBlobStore(client, {d: desc.size for d, desc in layout.layers.items()})
+        cache = registry.cache
+        progress = locked_progress(progress)
+
+        def fill(fd: int, places: Any) -> None:
+            for m in manifest.members:
+                at = places[m.path]
+                if cache.usable_member(m):   # already here, verified: a local copy, each chunk checked
+                    copy_member(m, [FileRange(cache.member_path(m), 0, m.size)], fd, progress=progress, at=at)
+                elif m.chunks:
+                    fetch_parts(store, fd, [p._replace(offset=p.offset + at) for p in member_parts(m, packs)],
+                                progress=progress)
+                else:
+                    store.get_parts(fd, [Part(m.digest, at, m.size)], progress=progress)
+
+        with gc_held():
+            write_bundle_filled(out, manifest, fill, build=layer.build, signatures=src.signatures or None)
+    return pinned, src
 
 
 def list_referrers(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,

@@ -35,7 +35,7 @@ from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
 
-__all__ = ["BundleFile", "write_bundle", "MemberSource", "FileRange", "ENVELOPE_MEMBERS", "PLACEHOLDER",
+__all__ = ["BundleFile", "write_bundle", "write_bundle_filled", "MemberSource", "FileRange", "ENVELOPE_MEMBERS", "PLACEHOLDER",
            "member_jobs", "copy_member"]
 
 ENVELOPE_MEMBERS = (BUILD_MEMBER, SIGNATURES_MEMBER)
@@ -236,6 +236,56 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
     return manifest
 
 
+def write_bundle_filled(dest: str | os.PathLike, manifest: Manifest, fill: Callable[[int, Mapping[str, int]], None],
+                        *, build: dict[str, Any] | None = None,
+                        signatures: list[dict[str, Any]] | None = None) -> Manifest:
+    """``write_bundle`` (the same bytes) whose members are written by ``fill(fd, places)``: each
+    member's bytes at ``places[path]`` of the open file, written and verified by the caller (a
+    pull fetches each chunk into its place, hashed against its sha256 as it streams, instead of
+    into a cache and then copying it). The zip's CRC-32s are then read back from the file (the
+    page cache), one range per chunk on every core. Atomic as ``write_bundle``."""
+    with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:
+        manifest_at = writer.reserve(MANIFEST_MEMBER, len(manifest.canonical))
+        places = {m.path: writer.reserve(m.path, m.size) for m in manifest.members}
+        if build:
+            writer.write_bytes(BUILD_MEMBER, canonical_json(build))
+        if signatures:
+            writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
+        out.flush()
+        fd = out.fileno()
+        preallocate(fd, writer.end)
+        fill(fd, places)
+        for member, crc in zip(manifest.members, _crcs(fd, manifest, places)):
+            writer.set_crc(member.path, crc)
+        pwrite_all(fd, manifest.canonical, manifest_at)
+        writer.set_crc(MANIFEST_MEMBER, zlib.crc32(manifest.canonical))
+    return manifest
+
+
+def _crcs(fd: int, manifest: Manifest, places: Mapping[str, int]) -> list[int]:
+    """The CRC-32 of each member as it lies in ``fd`` at ``places``, its chunks read on every core."""
+    from ..parallel import WORKERS, run_parallel, thread_buffer
+
+    spans = [(i, places[m.path] + off, n) for i, m in enumerate(manifest.members)
+             for _sha, off, n in (m.chunk_spans() if m.chunks else [("", 0, m.size)])]
+
+    def crc_of(span: tuple[int, int, int]) -> tuple[int, int, int]:
+        i, at, n = span
+        buf, crc, done = thread_buffer(), 0, 0
+        while done < n:
+            got = os.preadv(fd, [buf[:min(len(buf), n - done)]], at + done)
+            if got <= 0:
+                raise IntegrityError(f"the bundle being written ended at byte {at + done}")
+            crc = zlib.crc32(buf[:got], crc)
+            done += got
+        return i, crc, n
+
+    out = [0] * len(manifest.members)
+    for i, crc, n in run_parallel(crc_of, spans, WORKERS):
+        out[i] = crc32_combine(out[i], crc, n)
+    return out
+
+
 def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check: bool,
                  progress: Callable[[int], None] | None) -> list[Hashed]:
     """A member from a stream, in order: each chunk hashed (and checked) as it is written."""
@@ -286,15 +336,15 @@ def _filled(draft: Manifest, results: Mapping[str, list[Hashed]]) -> Manifest:
 
 
 def copy_member(member: Member, source: Sequence[FileRange], dest_fd: int | None, *,
-                progress: Callable[[int], None] | None = None, where: str = "") -> None:
-    """Copy a member's bytes into ``dest_fd`` (from offset 0) on every core, each chunk checked
+                progress: Callable[[int], None] | None = None, where: str = "", at: int = 0) -> None:
+    """Copy a member's bytes into ``dest_fd`` (from offset ``at``) on every core, each chunk checked
     against the manifest in the pass that writes it: ``IntegrityError`` (discard the file)."""
     files = _Files()
-    if dest_fd is not None:
+    if dest_fd is not None and at == 0:
         preallocate(dest_fd, member.size)
     try:
         concat = _Concat(source)
-        jobs = member_jobs(member, lambda a, n: _slice(concat, files, a, n), out_fd=dest_fd)
+        jobs = member_jobs(member, lambda a, n: _slice(concat, files, a, n), out_fd=dest_fd, out_offset=at)
         _run_member_jobs([(member, jobs)], where, progress=progress)
     finally:
         files.close()

@@ -124,28 +124,32 @@ def test_a_fine_tune_uploads_only_what_changed_and_other_repositories_mount(pt2r
     assert other["manifest_digest"] == second["manifest_digest"]
 
 
-def test_a_tampered_layer_is_refused_and_nothing_is_written(pt2reg, published, oci_registry, request, tmp_path):
-    repo = _repo(request, oci_registry)
-    pushed = _push(pt2reg, "team/m@1", f"{repo}:v1")
-    manifest = _manifest(f"{repo}@{pushed['manifest_digest']}")
-    weight = max((layer for layer in manifest["layers"] if layer["annotations"]["dev.pt2reg.layer"] == "blob"),
-                 key=lambda layer: layer["size"])
-    path = oci_registry.blob_path(weight["digest"])
-    original = path.read_bytes()
-    try:
-        damaged = bytearray(original)
+def test_a_tampered_layer_is_refused_and_nothing_is_written(pt2reg, published, request, tmp_path):
+    """A registry that serves altered content: its own server (blobs are stored once per
+    registry, by digest: damaging one in the run's shared registry would alter what other tests
+    pull)."""
+    from tests.cli_inprocess import invoker
+    from tests.services_oci import oci_registry_server
+
+    with oci_registry_server() as own:
+        repo = f"{own.host}/t/tamper"
+        pushed = _push(pt2reg, "team/m@1", f"{repo}:v1")
+        manifest = _manifest(f"{repo}@{pushed['manifest_digest']}")
+        weight = max((layer for layer in manifest["layers"] if layer["annotations"]["dev.pt2reg.layer"] == "blob"),
+                     key=lambda layer: layer["size"])
+        path = own.blob_path(weight["digest"])
+        damaged = bytearray(path.read_bytes())
         damaged[len(damaged) // 2] ^= 0xFF
         path.write_bytes(bytes(damaged))
-        home2 = tmp_path / "consumer"
         out = tmp_path / "out.pt2b"
-        from tests.cli_inprocess import invoker
-
-        r = invoker(home2)("oci", "pull", f"{repo}@{pushed['manifest_digest']}", "-o", out)
+        r = invoker(tmp_path / "consumer")("oci", "pull", f"{repo}@{pushed['manifest_digest']}", "-o", out)
         refused(r, weight["digest"][:19], code=5)
         assert not out.exists()
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.pt2b")]
-    finally:
-        path.write_bytes(original)
+        r = invoker(tmp_path / "consumer2")("materialize", f"oci://{repo}@{pushed['manifest_digest']}",
+                                            tmp_path / "mat", "--layout", "files")
+        refused(r, code=5)
+        assert not (tmp_path / "mat").exists()
 
 
 def test_a_tag_needs_allow_tag(pt2reg, published, oci_registry, request, tmp_path):
