@@ -297,28 +297,30 @@ class Registry:
                                     enforce_trust=enforce, progress=progress, defer_weights=defer_weights,
                                     in_place=in_place)
         if record:
-            offline = src.version is None and self._meta is None  # served without the database
-
             def audit(src: MaterializedBundle = src, action: str = record) -> None:
-                if offline:  # written to the shared log at the next database contact
-                    self._spool.append(action, actor=actor(), host=hostname(), model=src.name, digest=src.digest,
-                                       ref=str(where.ref))
-                else:
-                    try:
-                        self.meta.record_event(action, actor=actor(), host=hostname(), model=src.name,
-                                               number=src.version, digest=src.digest, ref=str(where.ref))
-                    except NotFoundError:
-                        pass  # the version went away meanwhile: nothing true to record
-                    except (RegistryError, OSError):  # refused for now (a server's rate limit, 429), down:
-                        # the bytes were fetched and verified; the log gets the event at the next contact
-                        self._spool.append(action, actor=actor(), host=hostname(), model=src.name,
-                                           digest=src.digest, ref=str(where.ref))
+                self._audit(src, str(where.ref), action)
 
             if src.pending is not None:
                 src.pending.on_success(audit)   # a pull that fails mid-way is not recorded
             else:
                 audit()
         return src
+
+    def _audit(self, src: MaterializedBundle, ref: str, action: str) -> None:
+        """Record that ``src`` was fetched (``pull``): in the shared log, or in the spool when it
+        was served without the database or the database refuses for now (written at the next
+        contact)."""
+        if src.version is None and self._meta is None:  # served without the database
+            self._spool.append(action, actor=actor(), host=hostname(), model=src.name, digest=src.digest, ref=ref)
+            return
+        try:
+            self.meta.record_event(action, actor=actor(), host=hostname(), model=src.name,
+                                   number=src.version, digest=src.digest, ref=ref)
+        except NotFoundError:
+            pass  # the version went away meanwhile: nothing true to record
+        except (RegistryError, OSError):  # refused for now (a server's rate limit, 429), down:
+            # the bytes were fetched and verified; the log gets the event at the next contact
+            self._spool.append(action, actor=actor(), host=hostname(), model=src.name, digest=src.digest, ref=ref)
 
     def describe(self, ref: str | Ref | OciReference, *, require_signature: Sequence[str] = ()) -> MaterializedBundle:
         """The version ``ref`` names from metadata alone: its manifest (checked against its
@@ -354,18 +356,28 @@ class Registry:
         """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
 
         With ``require_signature`` (public key paths), the version must carry a valid signature
-        by one of them. Both it and the trust policy are enforced by ``materialize`` before any
-        blob is fetched (exit 5 naming the model and the missing signer).
+        by one of them. Both it and the trust policy are enforced before any blob is fetched
+        (exit 5 naming the model and the missing signer). Each chunk is fetched straight into its
+        place in the bundle file (``client.pull.pull_direct``), members already cached are copied
+        from the cache; the cache is not filled (``materialize`` and ``registry.load`` fill it).
         """
-        from .pull import Located, rebuild_bundle
+        from .pull import Located, pull_direct, rebuild_bundle
 
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
-        if where.pinned is not None:  # the database was asked after all: its number, its signatures
-            where = Located(where.ref, version=version)
-        src = self.materialize(where, progress=progress, require_signature=require_signature)
-        return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
+        build = self.meta.build_info(version.name, version.number)
+        if where.cached is not None:   # every member verified in the cache: copied from there
+            src = self.materialize(where, progress=progress, require_signature=require_signature)
+            return rebuild_bundle(src, version, out, build)
+
+        def enforce(src: MaterializedBundle) -> MaterializedBundle:
+            return self.enforce_trust(src, require_signature=require_signature, pinned=where.ref.is_pinned)
+
+        result = pull_direct(self.meta, self.blobs, self.cache, version, out, build=build, enforce_trust=enforce,
+                             progress=progress)
+        self._audit(result.source, str(where.ref), "pull")
+        return result
 
     # -- OCI delivery ---------------------------------------------------------------------
     def oci_push(self, ref: str | Ref, target: str | OciReference, *, insecure: bool = False,

@@ -585,11 +585,10 @@ def pull_direct(registry: Registry, ref: OciReference, out: str | Path, *, insec
     first and copied (a 2 GiB pull wrote and hashed every byte twice). Members this machine has
     cached already are copied from the cache. The same checks, in the same order, before any
     weight; the same bytes. Returns the pinned reference and the (trusted) bundle, no files."""
-    from ..blobs.base import Part
-    from ..format.bundle import FileRange, copy_member, write_bundle_filled
+    from ..format.bundle import write_bundle_filled
     from ..oci.blobs import OciBlobStore
     from ..parallel import gc_held
-    from .transfer import fetch_parts, member_parts
+    from .pull import fill_members
 
     if not ref.pinned and not allow_tag:
         raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
@@ -602,20 +601,7 @@ def pull_direct(registry: Registry, ref: OciReference, out: str | Path, *, insec
                                  location=pinned.location)
         src = registry.enforce_trust(src, require_signature=require_signature, pinned=True)
         store = OciBlobStore(client, {d: desc.size for d, desc in layout.layers.items()})
-        cache = registry.cache
-        progress = locked_progress(progress)
-
-        def fill(fd: int, places: Any) -> None:
-            for m in manifest.members:
-                at = places[m.path]
-                if cache.usable_member(m):   # already here, verified: a local copy, each chunk checked
-                    copy_member(m, [FileRange(cache.member_path(m), 0, m.size)], fd, progress=progress, at=at)
-                elif m.chunks:
-                    fetch_parts(store, fd, [p._replace(offset=p.offset + at) for p in member_parts(m, packs)],
-                                progress=progress)
-                else:
-                    store.get_parts(fd, [Part(m.digest, at, m.size)], progress=progress)
-
+        fill = fill_members(manifest, store, registry.cache, packs, locked_progress(progress))
         with gc_held():
             write_bundle_filled(out, manifest, fill, build=layer.build, signatures=src.signatures or None)
     return pinned, src
