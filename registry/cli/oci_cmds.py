@@ -11,6 +11,7 @@ HTTPS always, except loopback hosts, ``--insecure`` and hosts listed in ``PT2REG
 from __future__ import annotations
 
 import re
+import sys
 
 import click
 
@@ -107,8 +108,17 @@ def pull(app: App, source: str, out: str, allow_tag: bool, insecure: bool, pubke
     digest, the trust policy and --require-signature keys before any weight is fetched, and
     every blob against its sha256 as it streams.
     """
+    from ..client.oci import artifact_size
+    from ..oci.reference import OciReference
+
     reg = app.registry
-    pinned, src = reg.oci_pull(source, out, insecure=insecure, allow_tag=allow_tag, require_signature=pubkeys)
+    where = OciReference.parse(source)
+    # the bar needs the size first (one manifest GET, on a terminal only); a tag is refused by oci_pull
+    show = not as_json and sys.stderr.isatty() and (where.pinned or allow_tag)
+    size = artifact_size(where, insecure=insecure) if show else 0
+    with transfer_progress(size, f"oci pull {where.location}", enabled=not as_json) as progress:
+        pinned, src = reg.oci_pull(where, out, insecure=insecure, allow_tag=allow_tag, require_signature=pubkeys,
+                                   progress=progress)
     if as_json:
         emit_json({"path": out, "reference": str(pinned), "name": src.name, "version": src.version,
                    "digest": src.digest, "trusted_signers": list(src.trusted_signers)})

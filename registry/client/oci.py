@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .ports import BlobStore
 
 __all__ = ["OciPushResult", "OciArtifact", "OciReferrer", "ArtifactPlan", "plan_artifact", "export_layout", "push_version", "open_artifact", "pull_to_file",
-           "list_referrers", "open_mounted", "describe_artifact", "pull_direct", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
+           "list_referrers", "open_mounted", "describe_artifact", "pull_direct", "artifact_size", "ENV_INSECURE", "insecure_hosts", "TRANSFERS"]
 
 #: layers moved at once
 TRANSFERS = 8
@@ -481,6 +481,13 @@ def describe_artifact(registry: Registry, ref: OciReference, *, insecure: bool =
     src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
                              location=pinned.location)
     return pinned, registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+
+
+def artifact_size(ref: OciReference, *, insecure: bool = False) -> int:
+    """The bytes an artifact's layers hold (its manifest only: what a progress bar needs first)."""
+    with client_for(ref, insecure) as client:
+        data, _ = client.get_manifest(ref.reference)
+    return sum(d.size for d in ArtifactLayout.parse(data).layers.values())
 
 
 def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,

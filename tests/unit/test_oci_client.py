@@ -281,3 +281,55 @@ def test_429_is_retried_after_its_delay():
     with OciClient(REF, credential=None, transport=httpx.MockTransport(handler), sleep=waits.append) as c:
         assert c.get_manifest("v1")[0] == b"{}"
     assert waits == [2.0] and len(calls) == 2
+
+
+def test_the_referrers_api_is_used_where_the_registry_has_it_and_no_tag_is_written():
+    """A registry with the referrers API (OCI 1.1): its list is read, and a pushed referrer it
+    indexed (``OCI-Subject``) gets no fallback tag."""
+    subject = "sha256:" + "5" * 64
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + "6" * 64, "size": 10,
+         "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json"}]}
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path.endswith(f"/referrers/{subject}"):
+            return httpx.Response(200, json=index, headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+        if request.method == "PUT" and "/manifests/sha256:" in request.url.path:
+            return httpx.Response(201, headers={"OCI-Subject": subject})
+        return httpx.Response(404)
+
+    with OciClient(REF, credential=None, transport=httpx.MockTransport(handler)) as c:
+        (found,) = c.referrers(subject)
+        assert found.artifact_type == "application/vnd.dev.sigstore.bundle.v0.3+json"
+        c.add_referrer(subject, b'{"subject": 1}', "application/x", {})
+    assert not [s for s in seen if "sha256-" in s]   # the tag schema was neither read nor written
+
+
+def test_without_the_api_the_tag_schema_is_read_and_extended():
+    subject = "sha256:" + "7" * 64
+    tag = "sha256-" + "7" * 64
+    stored: dict[str, bytes] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if "/referrers/" in path:
+            return httpx.Response(404)
+        name = path.rsplit("/", 1)[1]
+        if request.method == "PUT":
+            stored[name] = request.read()
+            return httpx.Response(201)
+        if name in stored:
+            return httpx.Response(200, content=stored[name],
+                                  headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+        return httpx.Response(404)
+
+    with OciClient(REF, credential=None, transport=httpx.MockTransport(handler)) as c:
+        assert c.referrers(subject) == []
+        first = c.add_referrer(subject, b'{"a": 1}', "application/x", {"k": "v"})
+        second = c.add_referrer(subject, b'{"b": 2}', "application/y", {})
+        again = c.add_referrer(subject, b'{"a": 1}', "application/x", {"k": "v"})
+        listed = c.referrers(subject)
+    assert [d.digest for d in listed] == [first, second] and again == first
+    assert json.loads(stored[tag])["mediaType"] == "application/vnd.oci.image.index.v1+json"
