@@ -409,3 +409,21 @@ def test_unpack_checks_a_mounted_artifact_before_a_server_starts(pt2reg, publish
     r = fresh("oci", "unpack", mount, tmp_path / "x4", "--bundle-digest", digest, "--layout", "files")
     refused(r, "lacks layer", code=5)
     assert not any((tmp_path / f"x{i}").exists() for i in range(1, 5))
+
+
+def test_every_kind_of_registry_pushes_and_pulls_through_oci(reg_env, bundles, oci_registry, request, tmp_path):
+    """The version's blobs are read from wherever the registry keeps them (a directory, S3,
+    behind a server with a token) and the push is recorded on the version through its own
+    store (``POST /v1/oci`` behind a server)."""
+    assert reg_env.cli("push", bundles["ed"], "--name", "team/ed").returncode == 0
+    repo = _repo(request, oci_registry, f"-{reg_env.kind}")
+    r = reg_env.cli("oci", "push", "team/ed@1", f"{repo}:v1", "--json")
+    assert r.returncode == 0, r.stderr
+    pushed = json.loads(r.stdout)
+    shown = json.loads(reg_env.cli("show", "team/ed@1", "--json").stdout)
+    assert [a["manifest_digest"] for a in shown["oci"]] == [pushed["manifest_digest"]]
+    r = reg_env.cli("oci", "pull", f"{repo}@{pushed['manifest_digest']}", "-o", tmp_path / "back.pt2b",
+                    home=tmp_path / "elsewhere")
+    assert r.returncode == 0, r.stderr
+    assert reg_env.cli("pull", "team/ed@1", "-o", tmp_path / "direct.pt2b").returncode == 0
+    assert (tmp_path / "back.pt2b").read_bytes() == (tmp_path / "direct.pt2b").read_bytes()
