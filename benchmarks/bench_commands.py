@@ -30,11 +30,13 @@ compiled first (``compileall``), as ``pip install`` leaves it: a machine that se
     .venv/bin/python benchmarks/bench_commands.py                        # 3 shapes x 200 MiB and 2 GiB
     .venv/bin/python benchmarks/bench_commands.py --sizes 200 --shapes mixed --reps 5
     .venv/bin/python benchmarks/bench_commands.py --quick                # smoke test: 8 MiB, 1 repetition
+    .venv/bin/python benchmarks/bench_commands.py --sizes 2048 --shapes mixed --s3   # issue 45's table, S3 too
 """
 from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import os
 import random
 import shutil
@@ -43,12 +45,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import OUT, PT2REG, PYTHON, REPO, MiB, Row, machine, median, report, run, scratch, side_by_side, \
-    warm_files
+from _common import OUT, PT2REG, PYTHON, REPO, MiB, Row, machine, median, report, run, scratch, seaweed, \
+    side_by_side, warm_files
 
 SHAPES = ("large", "small", "mixed")
 KiB = 1024
-TARGET = {"bundle": 1.3, "push": 1.3, "pull": 1.3}  # issue 45 point 3, local store, whole commands
+#: issue 45 point 3, whole commands: local store vs cp + sync, S3 vs boto3
+TARGET = {"bundle": 1.3, "push": 1.3, "pull": 1.3, "push s3": 1.15, "pull s3": 1.15}
 HEAD = 64
 
 
@@ -216,28 +219,121 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
     }
 
 
-def measure(shape: str, size: float, reps: int, work: Path, tiny: Path) -> list[dict[str, Any]]:
+_BOTO_UP = ("import boto3,sys; boto3.client('s3').upload_file(sys.argv[1], sys.argv[2], sys.argv[3])")
+_BOTO_DOWN = ("import boto3,os,sys; boto3.client('s3').download_file(sys.argv[2], sys.argv[3], sys.argv[1]); "
+              "fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)")
+
+
+def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, dict[str, Any]]:
+    """push and cold pull against S3 (SeaweedFS; SQLite metadata), a fresh bucket per push, vs
+    boto3 ``upload_file`` / ``download_file`` (+ fsync) of the same file, each a process."""
+    import boto3
+
+    env = {**os.environ, **server.env}
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id="any", aws_secret_access_key="any",
+                      region_name="us-east-1")
+    n = iter(range(1_000_000))
+
+    def bucket() -> str:
+        name = f"cmd-{os.getpid()}-{next(n)}"
+        s3.create_bucket(Bucket=name)
+        return name
+
+    vetted = work / "vetted-home"
+    pulled, pulled_bucket = work / "s3-pull-home", bucket()
+    where_pull = ["--home", str(pulled), "--db", f"sqlite:///{work / 's3-pull.db'}", "--store",
+                  f"s3://{pulled_bucket}/reg"]
+    run([PT2REG, *where_pull, "push", str(bundle), "--name", "bench"], env=env)
+    raw_bucket = bucket()
+    s3.upload_file(str(bundle), raw_bucket, "bench.pt2b")
+    homes: dict[str, list[str]] = {}
+
+    def prepare(op: str) -> Callable[[], None]:
+        def go() -> None:
+            for p in work.glob("out-*"):
+                p.unlink()
+            if op == "push":
+                k, b = next(n), bucket()
+                homes["push"] = ["--home", str(vetted), "--db", f"sqlite:///{work / f's3-home-{k}.db'}",
+                                 "--store", f"s3://{b}/reg"]
+                run([PT2REG, *homes["push"], "push", str(tiny), "--name", "tiny"], env=env)
+                homes["raw"] = [b]
+            else:
+                shutil.rmtree(pulled / "cache", ignore_errors=True)
+            warm_files(bundle)
+            os.sync()
+        return go
+
+    def in_process(op: str) -> Callable[[], None]:
+        def go() -> None:
+            from registry.client import Registry
+            from registry.config import Settings
+
+            old = dict(os.environ)
+            os.environ.update(server.env)
+            try:
+                args = homes["push"] if op == "push" else where_pull
+                settings = Settings.resolve(home=args[1], db=args[3], store=args[5], env={})
+                with Registry(settings) as reg:
+                    if op == "push":
+                        reg.push(bundle, "bench", detect_git=False)
+                    else:
+                        reg.pull("bench@1", work / "out-p.pt2b")
+            finally:
+                os.environ.clear()
+                os.environ.update(old)
+        return go
+
+    def in_raw(op: str) -> Callable[[], None]:
+        def go() -> None:
+            if op == "push":
+                s3.upload_file(str(bundle), homes["raw"][0], "raw.pt2b")
+            else:
+                s3.download_file(raw_bucket, "bench.pt2b", str(work / "out-c"))
+                fd = os.open(work / "out-c", os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        return go
+
+    return {
+        "push s3": {"ours": lambda: [PT2REG, *homes["push"], "push", str(bundle), "--name", "bench"],
+                    "raw": lambda: [[PYTHON, "-c", _BOTO_UP, str(bundle), homes["raw"][0], "raw.pt2b"]],
+                    "src": bundle, "env": env, "ours_in": in_process("push"), "raw_in": in_raw("push"),
+                    "prepare": prepare("push")},
+        "pull s3": {"ours": lambda: [PT2REG, *where_pull, "pull", "bench@1", "-o", str(work / "out-p.pt2b")],
+                    "raw": lambda: [[PYTHON, "-c", _BOTO_DOWN, str(work / "out-c"), raw_bucket, "bench.pt2b"]],
+                    "src": bundle, "env": env, "ours_in": in_process("pull"), "raw_in": in_raw("pull"),
+                    "prepare": prepare("pull")},
+    }
+
+
+def measure(shape: str, size: float, reps: int, work: Path, tiny: Path, s3: Any = None) -> list[dict[str, Any]]:
     pt2 = program(shape, size)
     bundle = work / f"{shape}.pt2b"
     run([PT2REG, "--home", str(work / "bundler"), "bundle", str(pt2), "-o", str(bundle)])
     ops = commands(work, pt2, bundle, tiny)
+    if s3 is not None:
+        ops.update(s3_commands(work, bundle, tiny, s3))
     figures = []
     for op, c in ops.items():
         said: dict[str, Any] = {}
 
         def whole_ours(c: dict = c) -> None:
             said["ours"] = c["ours"]()
-            run(said["ours"])
+            run(said["ours"], env=c.get("env"))
 
         def whole_raw(c: dict = c) -> None:
             said["raw"] = c["raw"]()
             for cmd in said["raw"]:
-                run(cmd)
+                run(cmd, env=c.get("env"))
 
         def in_raw(c: dict = c) -> None:
             copy_fsync(c["src"], work / "out-c")
 
-        cases = {"whole ours": whole_ours, "whole raw": whole_raw, "in ours": c["ours_in"], "in raw": in_raw}
+        cases = {"whole ours": whole_ours, "whole raw": whole_raw, "in ours": c["ours_in"],
+                 "in raw": c.get("raw_in", in_raw)}
         before = dict.fromkeys(cases, c["prepare"])
         side_by_side(1, cases, before=before)  # warm-up: bytecode, page cache, the first deserialization
         load = os.getloadavg()
@@ -250,12 +346,15 @@ def measure(shape: str, size: float, reps: int, work: Path, tiny: Path) -> list[
         figures.append({**common, "mode": "whole command", "ours_s": m["whole ours"], "raw_s": m["whole raw"],
                         "ratio": m["whole ours"] / m["whole raw"], "target": TARGET[op],
                         "ours_command": " ".join(said["ours"]),
-                        "raw_command": " && ".join(" ".join(x) for x in said["raw"]), "timings": t})
+                        "raw_command": " && ".join(" ".join(x[:2] + ["..."] if x[0] == PYTHON else x)
+                                                   for x in said["raw"]), "timings": t})
         figures.append({**common, "mode": "in-process", "ours_s": m["in ours"], "raw_s": m["in raw"],
                         "ratio": m["in ours"] / m["in raw"],
                         "ours_command": {"bundle": "registry.bundler.build_bundle", "push": "Registry.push",
-                                         "pull": "Registry.pull"}[op],
-                        "raw_command": "shutil.copyfile + os.fsync"})
+                                         "pull": "Registry.pull", "push s3": "Registry.push (S3 store)",
+                                         "pull s3": "Registry.pull (S3 store)"}[op],
+                        "raw_command": {"push s3": "boto3 upload_file", "pull s3": "boto3 download_file + fsync"}
+                        .get(op, "shutil.copyfile + os.fsync")})
         print(f"{op} {shape} {mib:,.0f} MiB: whole {figures[-2]['ratio']:.2f}x, in-process "
               f"{figures[-1]['ratio']:.2f}x (load {load[0]:.1f})", file=sys.stderr, flush=True)
     return figures
@@ -268,6 +367,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=None, help="repetitions (default 3; quick 1)")
     p.add_argument("--sizes", default=None, help="comma-separated MiB (default 200,2048; quick 8)")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {','.join(SHAPES)}")
+    p.add_argument("--s3", action="store_true", help="also push and pull against S3 (SeaweedFS) vs boto3")
     args = p.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)
     sizes = [float(s) for s in (args.sizes or ("8" if args.quick else "200,2048")).split(",")]
@@ -276,12 +376,12 @@ def main() -> None:
         tensor_sizes(s, 1)  # an unknown shape stops here
     compileall.compile_dir(str(REPO / "registry"), quiet=1)  # as pip install leaves it
     figures: list[dict[str, Any]] = []
-    with scratch("commands-") as work:
+    with scratch("commands-") as work, (seaweed() if args.s3 else contextlib.nullcontext()) as s3:
         tiny = work / "tiny.pt2b"
         shutil.copyfile(REPO / "tests" / "data" / "format1" / "mlp.pt2b", tiny)
         for size in sizes:
             for shape in shapes:
-                figures += measure(shape, size, args.reps, work, tiny)
+                figures += measure(shape, size, args.reps, work, tiny, s3)
                 for h in work.glob("home-*"):
                     shutil.rmtree(h, ignore_errors=True)
                 for d in ("pull-home", "vetted-home"):
@@ -289,7 +389,8 @@ def main() -> None:
     rows = []
     for f in figures:
         whole = f["mode"] == "whole command"
-        target = f"<= {f['target']}x vs cp + sync" if whole else ""
+        raw_name = "boto3" if "s3" in f["op"] else "cp + sync"
+        target = f"<= {f['target']}x vs {raw_name}" if whole else ""
         rows.append(Row(f"{f['op']} {f['shape']} {f['size_mib']:,.0f} MiB ({f['tensors']:,} tensors), {f['mode']}",
                         f["ours_s"], f["raw_s"], target=target,
                         ok=(f["ratio"] <= f["target"]) if whole else None,
