@@ -42,6 +42,7 @@ import random
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -235,13 +236,14 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
     n = iter(range(1_000_000))
 
     def bucket() -> str:
-        name = f"cmd-{os.getpid()}-{next(n)}"
+        name = f"cmd-{uuid.uuid4().hex[:16]}"
         s3.create_bucket(Bucket=name)
         return name
 
     vetted = work / "vetted-home"
-    pulled, pulled_bucket = work / "s3-pull-home", bucket()
-    where_pull = ["--home", str(pulled), "--db", f"sqlite:///{work / 's3-pull.db'}", "--store",
+    pulled_bucket = bucket()
+    pulled = work / f"s3-pull-{pulled_bucket}"   # per shape: a registry of its own
+    where_pull = ["--home", str(pulled), "--db", f"sqlite:///{pulled / 'registry.db'}", "--store",
                   f"s3://{pulled_bucket}/reg"]
     run([PT2REG, *where_pull, "push", str(bundle), "--name", "bench"], env=env)
     raw_bucket = bucket()
