@@ -37,7 +37,7 @@ _LAZY = {
     "load": ("registry.runtime.loader", "load"),
     "verify_bundle": ("registry.runtime.loader", "verify_bundle"),
     "Target": ("registry.runtime.target", "Target"),
-    "open_source": ("registry.sources", "open_source"),
+    "open_source": ("registry.client.sources", "open_source"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .refs import Ref
     from .runtime.loader import load, verify_bundle
     from .runtime.target import Target
-    from .sources import open_source
+    from .client.sources import open_source
 
 
 def __getattr__(name: str) -> Any:

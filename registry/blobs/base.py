@@ -105,7 +105,7 @@ class BlobStore(Protocol):
                      on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
         """What ``get_parts`` runs several at once: one call per part that fetches it into its
         range of ``fd``, verified, then ``on_done(i)``; for a caller that runs them on threads
-        of its own, among other work (a pull's pack reads: ``client.transfer.assemble_member``).
+        of its own, among other work (a pull's pack reads: ``client.fetch.assemble_member``).
         Whatever the parts need first (a remote store asks its server where they are) is done
         here, once. The caller stops them through ``progress`` (raising there, as a
         ``parallel.TaskPool``'s does once it failed): unlike ``get_parts``, which also cuts

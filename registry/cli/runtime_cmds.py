@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..runtime.compat import CompatReport
     from ..runtime.device import Device
     from ..runtime.target import Target
-    from ..sources import MaterializedBundle
+    from ..client.sources import MaterializedBundle
 
 __all__ = ["target", "verify", "run"]
 
@@ -45,7 +45,7 @@ def _open(app: App, source: str, pubkeys: tuple[str, ...], *, defer_weights: boo
     keys enforced (exit 5 before anything is loaded). ``defer_weights``: a ref not cached may
     come back with its raw weights still being fetched (``load_bundle`` settles it), used where
     they lie in a local store where ``in_place`` allows."""
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     return open_source(source, registry=app.registry, require_signature=pubkeys, defer_weights=defer_weights,
                        in_place=in_place)
@@ -166,7 +166,7 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     download ("can that machine load it?"); its members are checked when it is pulled or run.
     """
     from ..runtime.loader import verify_bundle
-    from ..sources import parse_source
+    from ..client.sources import parse_source
 
     # a ref checked against a described machine needs its metadata only: nothing is downloaded
     metadata_only = target_file is not None and not isinstance(parse_source(source), os.PathLike)

@@ -98,7 +98,7 @@ def export_triton(app: App, source: str, outdir: str, model_name: str | None, pr
     """
     from ..runtime.target import Target
     from ..serving.triton import export_triton as run_export
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     src = open_source(source, registry=app.registry, require_signature=pubkeys)
     result = run_export(src, outdir, model_name=model_name, programs=programs, max_batch_size=max_batch_size,

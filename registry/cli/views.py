@@ -35,7 +35,7 @@ def inspect_source(target: str, registry: Callable[[], Any]) -> tuple[Manifest, 
     from ..format.bundle import BundleFile
     from ..format.manifest import Manifest
     from ..refs import Ref
-    from ..sources import parse_source
+    from ..client.sources import parse_source
 
     from ..oci.reference import OciReference
 

@@ -42,7 +42,7 @@ from ..oci.modelpack import (ATTESTATION_ARTIFACT, BUNDLE_MEDIA, BUNDLE_PATH, BU
                              precision_of, referrer_manifest)
 from ..oci.reference import OciReference
 from ..parallel import run_calls
-from ..sources import MaterializedBundle
+from .sources import MaterializedBundle
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
@@ -486,7 +486,7 @@ def describe_artifact(registry: Registry, ref: OciReference, *, insecure: bool =
 def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,
                   require_signature: Sequence[str] = (), progress: ProgressFn | None = None) -> OciArtifact:
     """The artifact ``ref`` pins, checked and trusted, its members verified files in the cache."""
-    from .transfer import fetch_members
+    from .fetch import fetch_members
     from ..oci.blobs import OciBlobStore
 
     if not ref.pinned and not allow_tag:
@@ -521,7 +521,7 @@ def open_mounted(registry: Registry, directory: str | Path, bundle_digest: str, 
     from ..oci.blobs import MountedLayers
     from ..oci.modelpack import blob_title
     from ..refs import validate_digest
-    from .transfer import fetch_members
+    from .fetch import fetch_members
 
     validate_digest(bundle_digest)
     root = Path(directory)

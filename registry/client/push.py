@@ -48,7 +48,7 @@ from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import UploadPlan, bundle_parts, plan_upload, upload_plan
+from .upload import UploadPlan, bundle_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord

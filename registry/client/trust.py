@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from ..errors import SignatureError, UsageError
 
 if TYPE_CHECKING:  # reading a policy (`pt2reg show`) needs no bundle machinery
-    from ..sources import MaterializedBundle
+    from .sources import MaterializedBundle
 
 __all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust", "STATE_FILE"]
 

@@ -38,7 +38,7 @@ from ..errors import (IncompatibleError, InputValidationError, NotFoundError, Un
 from ..format.manifest import Manifest, ProgramSpec, Variant
 from ..pt2.verdicts import pickled_of, read_verdict, verdicts_dir, write_verdict
 from .inputs import call_arguments, check_constant, check_inputs, fill_baked_call, flat_count, without_constants
-from ..sources import MaterializedBundle
+from ..client.sources import MaterializedBundle
 from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle", "needed_operators",
@@ -604,7 +604,7 @@ def open_source_for_load(source: str | os.PathLike | MaterializedBundle, registr
     """``open_source`` as a load wants it: the trust policy enforced, a cold ref's weights
     (``defer_weights``) fetched while the load runs, and used in place in a local store unless
     the first-load sandbox (``sandbox``) will read them first. The caller aborts ``pending``."""
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     return open_source(source, registry=registry, require_signature=require_signature,
                        defer_weights=defer_weights, in_place=lambda s: not sandboxed_first(s, sandbox))

@@ -25,7 +25,7 @@ from ..format.manifest import Dim, ProgramSpec, TensorSpec, Variant
 
 if TYPE_CHECKING:
     from ..runtime.target import Target
-    from ..sources import MaterializedBundle
+    from ..client.sources import MaterializedBundle
 
 __all__ = ["TRITON_DTYPES", "TritonModel", "plan_models", "triton_config", "export_triton", "write_repository",
            "cc_key", "check_model_name"]

@@ -60,7 +60,7 @@ def test_crafted_bundle_is_refused_before_torch_sees_it(pt2_dir, bundles, tmp_pa
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import UnsafeArchiveError
     from registry.runtime.loader import load_bundle, verify_bundle
-    from registry.sources import materialize_file
+    from registry.client.sources import materialize_file
 
     evil, needle = _craft(kind, pt2_dir, tmp_path, marker)
     if kind in STRUCTURAL:  # refused even without samples: nothing of it is bundled

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from registry.errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError  # noqa: E402
 from registry.runtime.loader import LoadedBundle, load, load_bundle, verify_bundle  # noqa: E402
-from registry.sources import materialize_file  # noqa: E402
+from registry.client.sources import materialize_file  # noqa: E402
 from registry.runtime.target import Target  # noqa: E402
 from registry.runtime.probe import probe  # noqa: E402
 from tests.integration.conftest_models import baked_source_line  # noqa: E402

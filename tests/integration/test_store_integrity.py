@@ -187,12 +187,12 @@ def skew(monkeypatch):
     import registry.store.audit_chain
     import registry.client.gc
     import registry.client.provenance
-    import registry.sources
+    import registry.client.sources
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client.gc, registry.client.provenance, registry.sources, registry.store.orm,
+        for mod in (registry.client.gc, registry.client.provenance, registry.client.sources, registry.store.orm,
                     registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 

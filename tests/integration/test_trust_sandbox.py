@@ -20,7 +20,7 @@ from registry.format.bundle import BundleFile  # noqa: E402
 from registry.errors import SignatureError, UnsafeArchiveError, UsageError  # noqa: E402
 from registry.runtime.loader import load  # noqa: E402
 from registry.format.signing import generate_keypair  # noqa: E402
-from registry.sources import materialize_file  # noqa: E402
+from registry.client.sources import materialize_file  # noqa: E402
 from registry.client.trust import glob_match, load_policy  # noqa: E402
 from tests.cli_inprocess import invoker, one_error_line
 from tests.fixtures_pt2 import cli_process  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from registry.errors import NotFoundError, UsageError
-from registry.sources import AuditSpool
+from registry.client.sources import AuditSpool
 
 
 def _spool(tmp_path, n: int) -> AuditSpool:

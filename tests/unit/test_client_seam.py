@@ -12,7 +12,7 @@ from registry.client import BlobStore, MetadataStore, Registry
 from registry.config import Settings
 from registry.errors import IncompatibleError, NotFoundError, UnsafeArchiveError, UsageError
 from registry.runtime.compat import CompatReport, Finding
-from registry.sources import MaterializedBundle, open_source, parse_source
+from registry.client.sources import MaterializedBundle, open_source, parse_source
 from registry.store import SqlMetadataStore
 from tests.cli_inprocess import invoker
 

@@ -394,7 +394,7 @@ def test_a_server_older_than_packs_means_no_packs(tmp_path):
     chunk as a blob of its own (an older server refuses pack digests at publish)."""
     from types import SimpleNamespace
 
-    from registry.client.transfer import plan_upload
+    from registry.client.upload import plan_upload
     from registry.format.manifest import Member
     from registry.remote.meta import HttpMetadataStore
 

@@ -154,7 +154,7 @@ def test_a_program_altered_after_bundling_is_refused_at_push_despite_its_verdict
 def test_the_first_load_on_the_bundling_machine_reuses_the_bundlers_verdict(pt2, tmp_path, monkeypatch):
     from registry.runtime.loader import load_bundle
     from registry.runtime.sandbox import SandboxConfig
-    from registry.sources import materialize_file
+    from registry.client.sources import materialize_file
 
     cache = tmp_path / "cache"
     out = tmp_path / "m.pt2b"
