@@ -122,11 +122,6 @@ class BlobStore(Protocol):
                  progress: ProgressFn | None = None) -> None:
         """Download to ``dest`` atomically, verifying the digest on the way."""
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None: ...
-        # stream the blob into an open writable (written in order), verifying its digest;
-        # IntegrityError after the bytes were written when they do not match (discard ``out``)
-
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream (the caller verifies)."""
 

@@ -323,12 +323,6 @@ class LocalBlobStore:
         with self.open(digest) as src, atomic_download(dest, digest, self.url) as out:
             pump(src, out.write, progress=progress)
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
-        with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
-            pump(src, writer.write, progress=progress)
-
     def in_place(self, digest: str, size: int | None = None) -> InPlaceFile | None:
         """The blob's file, if its bytes may be read and mapped where they lie (this user's own
         file that nobody else may write: ``blobs.inplace``), else None (copy it)."""

@@ -292,15 +292,6 @@ class S3BlobStore:
         with atomic_download(dest, digest, self.url) as out:
             self._download(digest, out, size, progress)
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Stream the object into ``out`` in order (parts fetched in parallel), verifying it.
-        ``size`` when the caller knows it (a manifest does) saves a HEAD request."""
-        if size is None:
-            size = self.stat(digest).size
-        with verified_into(out, digest, self.url) as writer:
-            self._download(digest, writer, size, progress)
-
     def _download(self, digest: str, writer: BinaryIO, size: int, progress: ProgressFn | None) -> None:
         """One object into an unseekable (hashing) writer, parts fetched in parallel, in order."""
         with self._translated("download", digest, check_bucket=True), \

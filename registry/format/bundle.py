@@ -433,10 +433,6 @@ class BundleFile:
         finally:
             files.close()
 
-    def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
-        """Check one member (see ``verify_members``)."""
-        self.verify_members([member], progress)
-
     def verify(self, progress: Callable[[int], None] | None = None) -> None:
         """Check every member against the manifest (all cores, bounded memory)."""
         self.verify_members(self.manifest.members, progress)

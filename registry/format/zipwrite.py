@@ -123,11 +123,6 @@ class DeterministicZipWriter:
         import io
         self.write_stream(name, io.BytesIO(data), len(data))
 
-    def write_file(self, name: str, path: str | os.PathLike) -> None:
-        size = os.path.getsize(path)
-        with open(path, "rb") as src:
-            self.write_stream(name, src, size)
-
     def close(self) -> None:
         infos = []
         for e in self._entries.values():

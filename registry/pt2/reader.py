@@ -73,12 +73,7 @@ class Pt2Archive:
     aoti: dict[str, dict[str, Any]]       # AOTI model name -> {"metadata": {...}, "libraries": [...]}
     pickled: list[str] = field(default_factory=list)   # members torch would unpickle
     pickled_objects: list[str] = field(default_factory=list)  # of those, the ones that are not tensors
-    archive_format: str | None = None
     archive_version: str | None = None
-
-    @property
-    def is_aoti(self) -> bool:
-        return bool(self.aoti)
 
 
 def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -431,6 +426,8 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
                 info["libraries"].append(name)
     fmt = rel.get("archive_format")
     ver = rel.get("archive_version")
+    if fmt:   # nothing reads it, but it is held to the same size limit as archive_version
+        read_entry_bytes(path, fmt, max_size=64, where=where)
     if not programs and not aoti:
         raise UnsafeArchiveError(f"{where}: no program found (no models/*.json and no AOTInductor model)",
                                  hint="expected a file written by torch.export.save")
@@ -438,7 +435,6 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
         pickled=sorted(tensors + objects), pickled_objects=objects,
-        archive_format=read_entry_bytes(path, fmt, max_size=64, where=where).decode("utf-8", "replace").strip() if fmt else None,
         archive_version=read_entry_bytes(path, ver, max_size=64, where=where).decode("utf-8", "replace").strip() if ver else None,
     )
 

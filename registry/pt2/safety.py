@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from .exprs import sympy_call_allowed, tokenize
 
-__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
+__all__ = ["GraphSafetyError", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
            "check_program", "check_op_effects"]
 
 _MAX_EXPR_CHARS = 8192
@@ -301,13 +301,6 @@ def _check_range_symbol(name: Any) -> None:
             if index > _MAX_UNBACKED_INDEX:
                 raise GraphSafetyError(f"range constraint on unbacked symbol {_clip(name)} with an "
                                        f"implausible index")
-
-
-def check_graph(model: Any) -> None:
-    """Raise GraphSafetyError with the first unsafe thing in ``model``."""
-    reason = unsafe_in_graph(model)
-    if reason:
-        raise GraphSafetyError(reason)
 
 
 # --- size-expression budget ------------------------------------------------------------------

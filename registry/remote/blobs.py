@@ -310,17 +310,6 @@ class HttpBlobStore:
         with atomic_download(dest, digest, f"the registry at {self.url}") as writer:
             self._fetch(target, writer, progress, threading.Event())
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Stream the blob into ``out`` in order, verifying it (``IntegrityError`` after the
-        bytes were written when they do not match: discard ``out``)."""
-        target = self.download_targets([digest])[digest]
-        if size is not None and size != target.size:
-            raise IntegrityError(f"blob {digest} has {target.size} bytes, expected {size}",
-                                 hint="the version's manifest does not match the store")
-        with verified_into(out, digest, f"the registry at {self.url}") as writer:
-            self._fetch(target, writer, progress, threading.Event())
-
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:
         """The verified content; ``IntegrityError`` when it is larger than ``max_size``."""
         target = self.download_targets([digest])[digest]

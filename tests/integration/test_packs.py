@@ -180,9 +180,11 @@ def test_a_pack_cut_short_in_the_store_is_mended_by_pushing_again(reg_env, tiny,
 def test_an_old_style_version_is_reused_as_blobs_not_packed_again(reg_env, tiny, tmp_path, monkeypatch):
     """A version pushed before packs stored its small chunks as blobs: a later push reuses those
     blobs (direct stores know them) and both versions pull back."""
-    import registry.client.fetch as transfer
+    import registry.client.fetch as fetch
+    import registry.client.upload as upload
 
-    monkeypatch.setattr(transfer, "PACK_BELOW", 1)     # the old layout: every chunk a blob
+    for module in (upload, fetch):
+        monkeypatch.setattr(module, "PACK_BELOW", 1)     # the old layout: every chunk a blob
     _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
     assert not _packs(reg_env, "tiny@1")
     monkeypatch.undo()
@@ -341,14 +343,14 @@ def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_t
     import hashlib
 
     import registry.blobs.local as local
-    import registry.client.fetch as transfer
+    import registry.client.upload as upload
     from registry.client import Registry
     from registry.format.bundle import BundleFile
     from registry.format.packs import PACK_BELOW
     from registry.store import SqlMetadataStore
 
     checked: list[str] = []
-    for module in (local, transfer):
+    for module in (local, upload):
         real = module.hash_parts
 
         def counting(path, fd, parts, *args, _real=real, **kwargs):
