@@ -41,15 +41,15 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .format.bundle import BundleFile
     from .bundler import ProgramInput, SampleInput, build_bundle, bundle_exported_programs
     from .client import Registry
+    from .client.sources import open_source
     from .config import Settings
+    from .format.bundle import BundleFile
     from .format.manifest import Manifest
     from .refs import Ref
     from .runtime.loader import load, verify_bundle
     from .runtime.target import Target
-    from .client.sources import open_source
 
 
 def __getattr__(name: str) -> Any:

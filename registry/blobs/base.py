@@ -19,14 +19,24 @@ import hashlib
 import itertools
 import operator
 import os
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import (BATCH_BYTES, Output, Segment, group_consecutive, hash_copy, locked_progress, pwrite_all,
-                        run_parallel, thread_buffer)
+from ..parallel import (
+    BATCH_BYTES,
+    Output,
+    Segment,
+    group_consecutive,
+    hash_copy,
+    locked_progress,
+    pwrite_all,
+    run_parallel,
+    thread_buffer,
+)
 from ..refs import validate_digest
 
 __all__ = [

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from ..errors import IntegrityError
 from ..parallel import pwrite_all, run_parallel

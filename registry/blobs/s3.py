@@ -33,12 +33,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-from concurrent.futures import CancelledError
 import os
 import re
 import threading
 import time
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import CancelledError
+from typing import BinaryIO
 
 import boto3
 from botocore.config import Config
@@ -52,9 +53,26 @@ from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
 from ..parallel import run_calls
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, blob_relpath,
-                   check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
-                   open_range, run_parallel, short_blob_error, unique_parts, verified_into)
+from .base import (
+    BLOBS_DIR,
+    BlobInfo,
+    Part,
+    ProgressFn,
+    PwriteWriter,
+    RangeSink,
+    atomic_download,
+    blob_relpath,
+    check_range,
+    check_read_range,
+    corrupt_blob_error,
+    digest_from_relpath,
+    locked_progress,
+    open_range,
+    run_parallel,
+    short_blob_error,
+    unique_parts,
+    verified_into,
+)
 
 __all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS", "UPLOADER_META"]
 
@@ -199,7 +217,7 @@ class S3BlobStore:
 
     def _upload(self, reader: VerifyingReader, digest: str, size: int | None,
                 progress: ProgressFn | None, *, manager: TransferManager | None = None,
-                inflight: "_Inflight | None" = None) -> None:
+                inflight: _Inflight | None = None) -> None:
         key = self._key(digest)
         subscribers = _subscribers(progress, size)
         # S3 keeps a SHA-256 of every object, so a later push can tell a stored copy holds these
@@ -327,7 +345,7 @@ class S3BlobStore:
         return self._fetches(fd, parts, progress, on_done, _Inflight(), None)
 
     def _fetches(self, fd: int, parts: Sequence[Part], progress: ProgressFn | None,
-                 on_done: Callable[[int], None] | None, inflight: "_Inflight",
+                 on_done: Callable[[int], None] | None, inflight: _Inflight,
                  manager: TransferManager | None) -> list[Callable[[], None]]:
         _limit_malloc_arenas()
         progress = locked_progress(progress)
@@ -345,7 +363,7 @@ class S3BlobStore:
 
         return [functools.partial(one, i) for i in range(len(parts))]
 
-    def _get_part(self, fd: int, part: Part, progress: ProgressFn | None, inflight: "_Inflight",
+    def _get_part(self, fd: int, part: Part, progress: ProgressFn | None, inflight: _Inflight,
                   manager: TransferManager | None) -> None:
         """One blob into its range of ``fd``, verified: streamed (``_stream``), or through
         ``manager`` when it is over the streaming limit."""
@@ -364,7 +382,7 @@ class S3BlobStore:
                                  hint="the version's manifest does not match the store")
 
     def _stream(self, part: Part, writer: BinaryIO, progress: ProgressFn | None,
-                inflight: "_Inflight") -> None:
+                inflight: _Inflight) -> None:
         """The blob's ``part.size`` bytes into ``writer``, in order, from ranged GETs: a body
         cut off (a dropped connection, a read timeout) is asked for again from the next byte
         needed, up to ``_STREAM_ATTEMPTS`` times (what s3transfer allows a part); an answer

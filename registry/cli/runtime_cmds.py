@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,10 +18,10 @@ from ._core import DEVICE, App, emit_json, pass_app, status, warn
 from .render import clean, esc
 
 if TYPE_CHECKING:
+    from ..client.sources import MaterializedBundle
     from ..runtime.compat import CompatReport
     from ..runtime.device import Device
     from ..runtime.target import Target
-    from ..client.sources import MaterializedBundle
 
 __all__ = ["target", "verify", "run"]
 
@@ -59,8 +60,8 @@ def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
 def _target_for(src: MaterializedBundle, device: Device | None, target_file: str | None, imports: tuple[str, ...],
                 libraries: tuple[str, ...]) -> Target:
     from ..runtime.loader import needed_operators, needs_cpu_isa
-    from ..runtime.target import Target
     from ..runtime.probe import probe
+    from ..runtime.target import Target
 
     if target_file:
         from ..runtime.torchrt import import_modules, load_libraries
@@ -165,8 +166,8 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     against --target FILE.json is decided from the registry's metadata alone, before any
     download ("can that machine load it?"); its members are checked when it is pulled or run.
     """
-    from ..runtime.loader import verify_bundle
     from ..client.sources import parse_source
+    from ..runtime.loader import verify_bundle
 
     # a ref checked against a described machine needs its metadata only: nothing is downloaded
     metadata_only = target_file is not None and not isinstance(parse_source(source), os.PathLike)

@@ -23,10 +23,11 @@ import mmap
 import os
 import threading
 from bisect import bisect_left
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import CancelledError
 from itertools import compress, groupby
 from pathlib import Path
-from typing import Callable, Collection, Sequence, Union, cast
+from typing import cast
 
 from ..atomic import atomic_write, new_temp
 from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, locked_progress
@@ -46,13 +47,13 @@ __all__ = ["assemble_member", "fetch_members", "fetch_members_deferred", "Deferr
 
 
 #: a chunk stored in a pack is read back as a ``PackedPart``
-AnyPart = Union[Part, PackedPart]
+AnyPart = Part | PackedPart
 
 #: where a pull learns which chunks are in packs: the version's pack index, or a function that
 #: reads it, called when it is needed (after the chunks that cannot be in a pack are under way),
 #: once per chunked member: ``fetch_version`` passes the parse of the stored index, cached; or
 #: None (no packs)
-IndexSource = Union[PackIndex, Callable[[], PackIndex], None]
+IndexSource = PackIndex | Callable[[], PackIndex] | None
 
 
 def index_of(index: IndexSource) -> PackIndex:

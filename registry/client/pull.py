@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ..blobs.base import ProgressFn
 from ..errors import IntegrityError
@@ -17,9 +18,9 @@ from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
 from ..format.packs import PackIndex
 from ..refs import Ref
-from .sources import BlobCache, MaterializedBundle, PinnedManifest
-from .ports import BlobStore, MetadataStore
 from .fetch import IndexSource, fetch_members, fetch_members_deferred
+from .ports import BlobStore, MetadataStore
+from .sources import BlobCache, MaterializedBundle, PinnedManifest
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord

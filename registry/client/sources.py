@@ -24,21 +24,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any
 
-from ..format.bundle import BundleFile, FileRange, copy_member
 from ..atomic import atomic_write
 from ..blobs.base import blob_relpath
 from ..digests import digest_of_bytes, hex_of, sha256_stream
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..format.packs import PackIndex
+from ..format.bundle import BundleFile, FileRange, copy_member
 from ..format.manifest import Manifest, Member
+from ..format.packs import PackIndex
+from ..format.times import iso_utc
 from ..oci.reference import OciReference, looks_like_oci
 from ..refs import Ref
-from ..format.times import iso_utc
 
 if TYPE_CHECKING:  # the facade imports this module: only its type is named here
     from .api import Registry

@@ -48,10 +48,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SignatureError, UsageError
 

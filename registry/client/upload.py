@@ -18,9 +18,10 @@ import dataclasses
 import io
 import operator
 import os
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
-from typing import Any, Callable, Collection, Sequence, cast
+from typing import Any, cast
 
 from ..blobs.base import BlobStore, Part, ProgressFn, hash_parts, locked_progress, stretches
 from ..errors import NotFoundError
@@ -62,7 +63,7 @@ class UploadPlan:
         of ``groups``, not named yet)."""
         return sorted({(p.digest, p.size) for p in self.whole} | self.index.blobs())
 
-    def named(self, packs: Sequence[tuple[str, int]]) -> "UploadPlan":
+    def named(self, packs: Sequence[tuple[str, int]]) -> UploadPlan:
         """This plan once each of ``groups`` was stored as a pack: (digest, size) of each, in order."""
         if len(packs) != len(self.groups):
             raise ValueError(f"{len(packs)} packs named for {len(self.groups)} groups")

@@ -7,7 +7,6 @@ aligned like torch's own writer so weights stay mmap-able at their offset.
 """
 from __future__ import annotations
 
-import os
 import struct
 import zipfile
 import zlib
@@ -145,7 +144,7 @@ class DeterministicZipWriter:
         """Give up on a failed write (the caller discards the file): nothing more is written."""
         self._entries.clear()
 
-    def __enter__(self) -> "DeterministicZipWriter":
+    def __enter__(self) -> DeterministicZipWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -29,9 +29,10 @@ and the OCI manifest's digest (the user's pin) covers the bundle layer's digest.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..digests import canonical_json, digest_of_bytes
 from ..errors import IntegrityError, UsageError

@@ -10,8 +10,20 @@ from __future__ import annotations
 
 from .crc import crc32_combine
 from .gc_hold import GC_HOLD_SECONDS, gc_held
-from .ranges import (BATCH_BYTES, BUFFER, Hashed, Job, Output, Segment, group_consecutive, hash_copy, hash_ranges,
-                     pwrite_all, split_where, thread_buffer)
+from .ranges import (
+                     BATCH_BYTES,
+                     BUFFER,
+                     Hashed,
+                     Job,
+                     Output,
+                     Segment,
+                     group_consecutive,
+                     hash_copy,
+                     hash_ranges,
+                     pwrite_all,
+                     split_where,
+                     thread_buffer,
+)
 from .tasks import WORKERS, Background, TaskPool, locked_progress, run_calls, run_parallel
 from .writeback import FLUSH_BYTES, Flusher, preallocate, start_writeback
 

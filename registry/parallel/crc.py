@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from isal.isal_zlib import crc32  # ISA-L: zlib's CRC-32 at ~3x the speed, GIL released
 

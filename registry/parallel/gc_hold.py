@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["GC_HOLD_SECONDS", "gc_held"]
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from ..errors import IntegrityError
 from .crc import crc32, crc32_combine

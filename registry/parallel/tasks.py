@@ -7,8 +7,9 @@ import functools
 import os
 import queue
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["WORKERS", "run_parallel", "run_calls", "TaskPool", "Background", "locked_progress"]
 
@@ -159,7 +160,7 @@ class TaskPool:
             except BaseException as exc:
                 self._fail(exc)
 
-    def __enter__(self) -> "TaskPool":
+    def __enter__(self) -> TaskPool:
         started = threading.Semaphore(0)
         try:
             for _ in range(self._workers):
@@ -246,7 +247,7 @@ class Background(TaskPool):
         self._work = work
         self._value: list[R] = []
 
-    def __enter__(self) -> "Background":
+    def __enter__(self) -> Background:
         super().__enter__()
         try:
             self.submit(lambda: self._value.append(self._work(self.progress)))

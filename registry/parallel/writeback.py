@@ -6,7 +6,7 @@ import ctypes
 import os
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["WRITEBACK", "WRITEBACK_QUEUE", "start_writeback", "FLUSH_BYTES", "Flusher", "preallocate"]
 
@@ -144,7 +144,7 @@ class Flusher:
                 self._error = exc
                 return
 
-    def __enter__(self) -> "Flusher":
+    def __enter__(self) -> Flusher:
         self._thread.start()
         return self
 

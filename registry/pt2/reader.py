@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..digests import canonical_json
 from ..errors import IncompatibleError, UnsafeArchiveError, UsageError
+from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
 from .verdicts import program_kinds, read_verdict
@@ -197,7 +197,7 @@ def _check_allowlist(rel: dict[str, ZipEntry], where: str) -> None:
                                          member=name)
 
 
-def _check_canonical_json(configs: "_JsonMembers") -> None:
+def _check_canonical_json(configs: _JsonMembers) -> None:
     """In a bundle, every JSON member torch parses is the canonical serialization of its value:
     no duplicate keys, whitespace or alternative spellings two parsers could read differently."""
     for name in configs.rel:
@@ -232,7 +232,7 @@ def _payload_bytes(meta: Any) -> tuple[int, int, int] | None:
     return extent * elsize, numel, elsize
 
 
-def _check_payloads(rel: dict[str, ZipEntry], configs: "_JsonMembers", where: str) -> None:
+def _check_payloads(rel: dict[str, ZipEntry], configs: _JsonMembers, where: str) -> None:
     """Every weight and constant the configs declare must be backed by its stored bytes: torch
     allocates ``zeros(shape)`` for an empty member and views others with ``as_strided``, so a
     few KB declaring a huge shape would otherwise cost gigabytes."""
@@ -388,7 +388,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     if portable and describe:
         _check_payloads(rel, configs, where)
     programs: dict[str, dict[str, Any]] = {}
-    for name, entry in rel.items():
+    for name, entry in rel.items():  # noqa: B007
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
             prog = name[len("models/"):-len(".json")]
             if not describe:

@@ -25,7 +25,8 @@ are bounded in terms, symbols and sympy cost before sympy sees them (``_ExprBudg
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .exprs import sympy_call_allowed, tokenize
 
@@ -98,7 +99,7 @@ def check_srepr(text: Any) -> None:
     _srepr_tree(text)
 
 
-def _srepr_tree(text: str) -> "_Tree":
+def _srepr_tree(text: str) -> _Tree:
     tokens = _tokenize(text)
     tree, pos = _parse(tokens, 0, 0)
     if pos != len(tokens):

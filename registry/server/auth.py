@@ -16,7 +16,7 @@ a path parameter. Names, refs and digests are validated before any query runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool

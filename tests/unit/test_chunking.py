@@ -82,9 +82,9 @@ def test_weights_shared_between_programs_are_stored_once(finetune_pair, tmp_path
 def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
     import copy
 
-    from registry.format.bundle import BundleFile, write_bundle
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import IntegrityError
+    from registry.format.bundle import BundleFile, write_bundle
     from registry.format.manifest import Manifest
 
     good = build_bundle(tmp_path / "g.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])

@@ -17,8 +17,14 @@ import pytest
 from registry import errors
 from registry.blobs.base import Part
 from registry.config import Settings
-from registry.errors import (AccessDeniedError, IntegrityError, NotAuthenticatedError, NotFoundError, StoreError,
-                             UsageError)
+from registry.errors import (
+    AccessDeniedError,
+    IntegrityError,
+    NotAuthenticatedError,
+    NotFoundError,
+    StoreError,
+    UsageError,
+)
 from registry.remote.blobs import HttpBlobStore
 from registry.remote.credentials import load_logins, remove_login, save_login, token_and_source
 from registry.remote.http import ATTEMPTS, HttpClient, error_from_body

@@ -20,8 +20,8 @@ from torch._export.serde import schema, serialize
 from torch._export.serde.union import _Union, _UnionTag
 
 from registry.runtime import torchrt
-from registry.runtime.torchrt import decoding
 from registry.runtime.schema_decoding import SchemaDecoder
+from registry.runtime.torchrt import decoding
 
 
 def torch_decode(cls: Any, data: Any) -> Any:
@@ -83,7 +83,7 @@ def test_unions_the_adapter_cannot_build_as_create_does_go_through_create(monkey
 
     @dataclass(repr=False, eq=False)
     class Checked(Tagged):
-        as_int: Optional[int] = None
+        as_int: int | None = None
 
         def __post_init__(self) -> None:
             calls.append("post_init")
@@ -113,8 +113,8 @@ class Tagged(_Union):
 
 @dataclass(repr=False, eq=False)
 class Value(Tagged):
-    as_int: Optional[int] = None
-    as_floats: Optional[list[float]] = None
+    as_int: int | None = None
+    as_floats: list[float] | None = None
     as_node: Optional["Node"] = None
 
     def __repr__(self) -> str:
@@ -130,7 +130,7 @@ class Node:
     weight: float
     children: list["Node"] = field(default_factory=list)
     attrs: dict[str, "Value"] = field(default_factory=dict)
-    note: Annotated[Optional[str], "doc"] = None
+    note: Annotated[str | None, "doc"] = None
 
 
 NAMESPACE = {"Node": Node, "Value": Value}

@@ -2,8 +2,9 @@
 point (``registry.server.auth``), and the wire protocol's table is what is mounted."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.routing import APIRoute

@@ -16,11 +16,11 @@ import pytest
 
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
-from registry.format.packs import PackIndex
-from registry.errors import IntegrityError
 from registry.client.fetch import assemble_member
 from registry.client.upload import plan_upload, upload_plan
+from registry.errors import IntegrityError
 from registry.format.manifest import Member
+from registry.format.packs import PackIndex
 from registry.parallel import BUFFER, Job, Segment, crc32_combine, hash_copy, hash_ranges
 
 

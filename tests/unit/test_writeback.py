@@ -9,9 +9,9 @@ import time
 import pytest
 
 from registry import parallel
+from registry.parallel import Segment, hash_copy
 from registry.parallel import ranges as ranges_mod
 from registry.parallel import writeback as writeback_mod
-from registry.parallel import Segment, hash_copy
 from tests.until import HANG_GUARD_S, wait_until
 
 

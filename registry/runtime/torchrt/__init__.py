@@ -26,15 +26,48 @@ from __future__ import annotations
 
 from .aoti import AOTI_OPTIONS, aoti_compile, load_aoti
 from .decoding import DECODER_PORTS, UNION_PORTS
-from .devices import (cpu_isa, cuda_available, cuda_capability, cxx11_abi, device_available, device_unavailable,
-                      hip_version, move_to_device, to_device)
-from .loading import (dim_names_of, load_exported_program, load_inputs_file, restore_guards, save_exported_program,
-                      torch_loading)
+from .devices import (
+                      cpu_isa,
+                      cuda_available,
+                      cuda_capability,
+                      cxx11_abi,
+                      device_available,
+                      device_unavailable,
+                      hip_version,
+                      move_to_device,
+                      to_device,
+)
+from .loading import (
+                      dim_names_of,
+                      load_exported_program,
+                      load_inputs_file,
+                      restore_guards,
+                      save_exported_program,
+                      torch_loading,
+)
 from .mapping import WeightsNotVerified
-from .ops import (DISPATCH_KEYS, all_op_schemas, has_kernel, op_schema, op_schema_digests, registered_custom_ops,
-                  serde_schema_version, torchbind_classes)
-from .pytrees import (PytreeStandIn, bind_call, flatten_outputs, module_to_import, pytree_missing, pytree_registered,
-                      stand_in_pytree_classes, tree_flatten, tree_unflatten, treespec_loads)
+from .ops import (
+                      DISPATCH_KEYS,
+                      all_op_schemas,
+                      has_kernel,
+                      op_schema,
+                      op_schema_digests,
+                      registered_custom_ops,
+                      serde_schema_version,
+                      torchbind_classes,
+)
+from .pytrees import (
+                      PytreeStandIn,
+                      bind_call,
+                      flatten_outputs,
+                      module_to_import,
+                      pytree_missing,
+                      pytree_registered,
+                      stand_in_pytree_classes,
+                      tree_flatten,
+                      tree_unflatten,
+                      treespec_loads,
+)
 from .version import check_torch_version, environment, import_modules, load_libraries, quiet_torch, torch
 
 __all__ = ["torch", "check_torch_version", "save_exported_program", "dim_names_of", "op_schema",

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...errors import IncompatibleError, IntegrityError, brief
-
 from .devices import cxx11_abi, move_to_device
 from .loading import load_exported_program, torch_loading
 from .pytrees import tree_unflatten

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-
 import threading
-from typing import TYPE_CHECKING, Any, Iterator
-
-
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     pass

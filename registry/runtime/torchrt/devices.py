@@ -2,13 +2,11 @@
 moving a program or a value to a device."""
 from __future__ import annotations
 
-
 import platform
 import re
 from typing import TYPE_CHECKING, Any
 
 from ...errors import brief
-
 from .version import torch
 
 if TYPE_CHECKING:

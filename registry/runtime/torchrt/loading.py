@@ -3,12 +3,11 @@ mapping and schema decoding, errors translated to the registry's, export guards 
 from __future__ import annotations
 
 import contextlib
-
 import os
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...errors import IncompatibleError, IntegrityError, NotFoundError, UsageError, brief
-
 from .decoding import _schema_decoded
 from .devices import device_unavailable
 from .mapping import WeightsNotVerified, _weights_mapped

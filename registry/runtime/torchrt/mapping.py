@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-
 import os
 import posixpath
 import threading
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
-
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .version import torch
 
@@ -156,7 +155,10 @@ def _mapped_file_map(archive_reader: Any, config: Any, base_dir: str, storage: A
     size) is a view of a map of that segment's file instead (``_segment_storage``)."""
     t = torch()
     from torch._export.serde.serialize import (  # private: the serializer's decoders
-        deserialize_device, deserialize_scalar_type, deserialize_size)
+        deserialize_device,
+        deserialize_scalar_type,
+        deserialize_size,
+    )
 
     reader, planned = archive_reader.archive_file, []
     offset_of = getattr(reader, "get_record_offset", None)

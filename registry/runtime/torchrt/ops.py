@@ -3,14 +3,13 @@ classes, every registered schema (``registry.pt2.op_effects``), the serde schema
 from __future__ import annotations
 
 import importlib
-
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from ...pt2.graph import BUILTIN_OP_NAMESPACES
 from ...pt2.op_effects import OpSchema
-
 from .version import torch
 
 if TYPE_CHECKING:

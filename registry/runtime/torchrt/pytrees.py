@@ -2,13 +2,12 @@
 stand-ins for library output classes (transformers ``ModelOutput``) not importable here."""
 from __future__ import annotations
 
-
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InputValidationError
-
 from .version import torch
 
 if TYPE_CHECKING:
@@ -161,7 +160,7 @@ def stand_in_pytree_classes(classes: list[dict[str, Any]]) -> list[str]:
             def unflatten(values: Any, context: Any, cls: Any = cls) -> Any:
                 return cls(zip(context, values))
 
-        def flatten_with_keys(obj: Any, flatten: Any = flatten) -> tuple[list[Any], Any]:
+        def flatten_with_keys(obj: Any, flatten: Any = flatten, style: Any = style) -> tuple[list[Any], Any]:
             values, context = flatten(obj)
             keys = context[0] if style == "dataclass" else context
             return [(pytree.MappingKey(k), v) for k, v in zip(keys, values)], context

@@ -5,16 +5,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-
 import os
 import platform
 import re
 import sys
 import warnings
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ...errors import IncompatibleError, UsageError
-
 
 if TYPE_CHECKING:
     pass
