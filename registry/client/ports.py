@@ -14,31 +14,19 @@ sessions.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..blobs.base import BlobStore
 
 if TYPE_CHECKING:  # records only: importing the store package would load SQLAlchemy
+    from ..format.packs import ChunkLocation, PackIndex
     from ..access.policy import AliasPolicy
     from ..access.scopes import Identity
-    from ..format.packs import ChunkLocation, PackIndex
     from ..refs import Ref
     from ..store.audit_chain import ChainVerdict
-    from ..store.records import (
-        AliasRecord,
-        AttestationRecord,
-        AuditEvent,
-        LineageEdge,
-        LineageNode,
-        ModelRecord,
-        OciArtifactRecord,
-        PendingPush,
-        SignatureRecord,
-        TokenRecord,
-        VersionRecord,
-    )
+    from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
+                                 OciArtifactRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["MetadataStore", "BlobStore"]
 

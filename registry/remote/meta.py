@@ -15,9 +15,8 @@ What only the server may do (gc's sweep, listing every claim or every referenced
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..access.policy import AliasPolicy
 from ..access.scopes import Identity, parse_scope
@@ -25,19 +24,9 @@ from ..errors import NotFoundError, UsageError
 from ..format.packs import ChunkLocation, PackIndex
 from ..refs import validate_digest
 from ..store.audit_chain import ChainVerdict
-from ..store.records import (
-    AliasRecord,
-    AttestationRecord,
-    AuditEvent,
-    LineageEdge,
-    LineageNode,
-    ModelRecord,
-    OciArtifactRecord,
-    PendingPush,
-    SignatureRecord,
-    TokenRecord,
-    VersionRecord,
-)
+from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord, OciArtifactRecord,
+                             PendingPush,
+                             SignatureRecord, TokenRecord, VersionRecord)
 from .http import HttpClient
 from .wire import decode, decode_list, encode, format_datetime, parse_datetime
 

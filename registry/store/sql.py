@@ -24,57 +24,31 @@ For example::
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy import delete as delete_rows
 from sqlalchemy.orm import Session, defer
 
-from ..access.policy import ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement, validate_label
-from ..access.scopes import Identity, parse_scope
-from ..access.tokens import hash_secret, new_secret, validate_owner
-from ..errors import NotAuthenticatedError, NotFoundError, SignatureError, UsageError
+from .audit_chain import ChainVerdict, format_ts, parse_ts
+from ..errors import (NotAuthenticatedError, NotFoundError,
+                      SignatureError, UsageError)
 from ..format.packs import ChunkLocation, PackIndex, pack_blobs
-from ..format.signing import key_id_of, public_key_from_pem
 from ..refs import Ref, validate_alias, validate_digest, validate_digests, validate_name
+from ..access.scopes import Identity, parse_scope
+from ..access.policy import (ROLE_SCOPES, AliasPolicy, attestation_digest, attestation_statement,
+                             validate_label)
+from ..format.signing import key_id_of, public_key_from_pem
+from ..access.tokens import hash_secret, new_secret, validate_owner
 from . import audit_log, governance, writes
 from . import lineage as graph
 from . import tokens as token_rows
-from .audit_chain import ChainVerdict, format_ts, parse_ts
 from .engine import GC_LOCK_KEY, advisory_lock, in_batches, make_engine, run_transaction
-from .orm import (
-    FOR_MODEL,
-    STATUSES,
-    UPLOADED,
-    AliasRow,
-    AuditEventRow,
-    ModelRow,
-    OciArtifactRow,
-    PendingPushRow,
-    SignatureRow,
-    TokenRow,
-    VersionBlobRow,
-    VersionPackRow,
-    VersionRow,
-    db_clock,
-    json_text,
-    now_text,
-)
-from .records import (
-    AliasRecord,
-    AttestationRecord,
-    AuditEvent,
-    LineageEdge,
-    LineageNode,
-    ModelRecord,
-    OciArtifactRecord,
-    PendingPush,
-    SignatureRecord,
-    TokenRecord,
-    VersionRecord,
-)
+from .orm import (STATUSES, FOR_MODEL, UPLOADED, AliasRow, AuditEventRow, ModelRow, OciArtifactRow, PendingPushRow,
+                  SignatureRow, TokenRow, VersionBlobRow, VersionPackRow, VersionRow, db_clock, json_text, now_text)
+from .records import (AliasRecord, AttestationRecord, AuditEvent, LineageEdge, LineageNode,
+                      ModelRecord, OciArtifactRecord, PendingPush, SignatureRecord, TokenRecord, VersionRecord)
 
 __all__ = ["SqlMetadataStore"]
 
@@ -122,7 +96,7 @@ class SqlMetadataStore:
         else:
             self.engine.dispose()
 
-    def __enter__(self) -> SqlMetadataStore:
+    def __enter__(self) -> "SqlMetadataStore":
         return self
 
     def __exit__(self, *exc: object) -> None:
