@@ -37,19 +37,19 @@ _LAZY = {
     "load": ("registry.runtime.loader", "load"),
     "verify_bundle": ("registry.runtime.loader", "verify_bundle"),
     "Target": ("registry.runtime.target", "Target"),
-    "open_source": ("registry.sources", "open_source"),
+    "open_source": ("registry.client.sources", "open_source"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .format.bundle import BundleFile
     from .bundler import ProgramInput, SampleInput, build_bundle, bundle_exported_programs
     from .client import Registry
+    from .client.sources import open_source
     from .config import Settings
+    from .format.bundle import BundleFile
     from .format.manifest import Manifest
     from .refs import Ref
     from .runtime.loader import load, verify_bundle
     from .runtime.target import Target
-    from .sources import open_source
 
 
 def __getattr__(name: str) -> Any:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 __all__ = ["atomic_write", "new_temp", "USER_FILE", "current_umask", "sync_filesystem"]
 

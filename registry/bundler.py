@@ -15,17 +15,18 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .format.bundle import PLACEHOLDER, FileRange, write_bundle
-from .format.zipsafe import read_entries
-from .format.chunking import MIN_CHUNK, MIN_MEMBER, entry_span, plan_chunks
 from .constants import BUNDLE_FORMAT, UNNAMED_PROGRAM_HINT
 from .digests import sha256_stream
 from .errors import NotFoundError, UnsafeArchiveError, UsageError
+from .format.bundle import PLACEHOLDER, FileRange, write_bundle
+from .format.chunking import MIN_CHUNK, MIN_MEMBER, entry_span, plan_chunks
 from .format.manifest import AotiTarget, Manifest, Member, ProgramSpec, Sample, Variant, baked_device_groups, evolve
+from .format.zipsafe import read_entries
 from .pt2.graph import HARDWARE_DTYPES
 from .pt2.normalize import fill_holes, normalize_pt2
 from .pt2.reader import Pt2Archive, open_pt2

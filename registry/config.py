@@ -69,7 +69,7 @@ class Settings:
     @classmethod
     def resolve(cls, home: str | None = None, db: str | None = None, store: str | None = None,
                 env: dict[str, str] | None = None, *, registry: str | None = None,
-                token_file: str | None = None) -> "Settings":
+                token_file: str | None = None) -> Settings:
         env = dict(os.environ) if env is None else env
         from .errors import UsageError
 
@@ -90,7 +90,7 @@ class Settings:
         return cls(home_path, db_url, store_url, url, env.get(ENV_TOKEN) or None,
                    Path(token_file).expanduser() if token_file else None, url, allowed)
 
-    def registry_for(self, url: str) -> "Settings":
+    def registry_for(self, url: str) -> Settings:
         """The settings to reach the registry server at ``url`` (a URI's host): these, when it
         is the configured registry (same origin); otherwise, when ``PT2REG_ALLOWED_REGISTRIES``
         names it, settings for it with no ``PT2REG_TOKEN`` and no ``--token-file`` (only the

@@ -9,7 +9,7 @@ __all__ = [
     "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER", "DEFAULT_PROGRAM",
     "UNNAMED_PROGRAM_HINT",
     "MAX_MANIFEST_BYTES", "MAX_ENVELOPE_BYTES", "MAX_MEMBERS", "MAX_MEMBER_BYTES",
-    "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE", "default_home",
+    "MAX_GRAPH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_CONTAINERS", "MAX_JSON_ITEMS", "CHUNK_SIZE",
     "ENV_S3_MULTIPART_THRESHOLD", "S3_MULTIPART_THRESHOLD", "s3_multipart_threshold",
 ]
 
@@ -65,10 +65,6 @@ CHUNK_SIZE = 1024 * 1024
 #: multipart path (S3 still requires parts of at least 5 MiB).
 ENV_S3_MULTIPART_THRESHOLD = "PT2REG_S3_MULTIPART_THRESHOLD"
 S3_MULTIPART_THRESHOLD = 64 * 1024 * 1024
-
-
-def default_home() -> Path:
-    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME).expanduser()
 
 
 def s3_multipart_threshold() -> int:

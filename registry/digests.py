@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import IO, Any, BinaryIO, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, BinaryIO
 
 from .constants import CHUNK_SIZE
 from .errors import IntegrityError

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .digests import all_hex64
 from .errors import UsageError
@@ -88,7 +88,7 @@ class Ref:
     digest: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "Ref":
+    def parse(cls, text: str) -> Ref:
         if not isinstance(text, str) or not text.strip():
             raise UsageError("empty ref", hint="expected NAME, NAME@N, NAME@ALIAS or NAME@sha256:HEX")
         text = text.strip()

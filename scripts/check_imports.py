@@ -23,7 +23,7 @@ LAYERS = [
     {"registry.errors", "registry.constants", "registry.config", "registry.refs", "registry.digests",
      "registry.atomic", "registry.parallel"},
     {"registry.format", "registry.blobs", "registry.access"},
-    {"registry.pt2", "registry.store", "registry.sources", "registry.remote", "registry.oci"},
+    {"registry.pt2", "registry.store", "registry.client.sources", "registry.remote", "registry.oci"},
     {"registry.client"},
     {"registry.runtime"},
     {"registry.bundler"},

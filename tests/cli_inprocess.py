@@ -23,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import pytest
 

@@ -9,11 +9,11 @@ import json
 import os
 from pathlib import Path
 
+from registry.digests import sha256_bytes
 from registry.format.bundle import BundleFile, write_bundle
+from registry.format.manifest import Manifest
 from registry.format.zipsafe import open_entry, read_entries
 from registry.format.zipwrite import DeterministicZipWriter
-from registry.digests import sha256_bytes
-from registry.format.manifest import Manifest
 from registry.pt2.safety import walk_dicts
 
 

@@ -19,10 +19,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from tests.services_s3 import stop_group
 from tests.until import HANG_GUARD_S

@@ -5,7 +5,8 @@ took."""
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 __all__ = ["HANG_GUARD_S", "wait_until"]
 

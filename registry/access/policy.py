@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from ..digests import canonical_json
 from ..errors import PolicyError, UsageError

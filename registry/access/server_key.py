@@ -15,12 +15,20 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..digests import canonical_json
 from ..errors import UsageError
-from ..format.signing import generate_keypair, key_id_of, load_private_key, public_key_from_pem, sign_bytes, verify_bytes
+from ..format.signing import (
+    generate_keypair,
+    key_id_of,
+    load_private_key,
+    public_key_from_pem,
+    sign_bytes,
+    verify_bytes,
+)
 
 __all__ = ["ENV_SIGNING_KEY", "DEFAULT_KEY_FILE", "HEAD_DOMAIN", "key_path", "load_or_create",
            "public_pem", "server_key_id", "head_message", "sign_head", "check_heads",
@@ -128,9 +136,8 @@ def secrets_key(key: Any) -> bytes:
     """The AES-256 key that encrypts webhook secrets: HKDF-SHA256 of the signing key's private
     bytes with its own label (so the signing key itself is never used to encrypt)."""
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
     from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
     if isinstance(key, ec.EllipticCurvePrivateKey):  # the private scalar, big-endian, at the curve's width
         raw = key.private_numbers().private_value.to_bytes((key.curve.key_size + 7) // 8, "big")

@@ -34,8 +34,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
@@ -45,8 +45,8 @@ __all__ = ["ENV_ALLOW", "TargetPolicy", "TargetRefused", "Pinned", "address_kind
 
 ENV_ALLOW = "PT2REG_WEBHOOK_ALLOW"
 
-Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Sequence[Address]]
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -109,7 +109,7 @@ class TargetPolicy:
     networks: tuple[Network, ...] = ()
 
     @classmethod
-    def parse(cls, text: str | None) -> "TargetPolicy":
+    def parse(cls, text: str | None) -> TargetPolicy:
         """Entries separated by commas or whitespace; a bad entry is a UsageError naming it."""
         hosts, suffixes, networks = set(), [], []
         for entry in (text or "").replace(",", " ").split():
@@ -131,7 +131,7 @@ class TargetPolicy:
         return cls(frozenset(hosts), tuple(suffixes), tuple(networks))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "TargetPolicy":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TargetPolicy:
         return cls.parse((os.environ if environ is None else environ).get(ENV_ALLOW))
 
     def allows_host(self, host: str) -> bool:

@@ -19,14 +19,24 @@ import hashlib
 import itertools
 import operator
 import os
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter
 from ..errors import IntegrityError, NotFoundError, UsageError
-from ..parallel import (BATCH_BYTES, Output, Segment, group_consecutive, hash_copy, locked_progress, pwrite_all,
-                        run_parallel, thread_buffer)
+from ..parallel import (
+    BATCH_BYTES,
+    Output,
+    Segment,
+    group_consecutive,
+    hash_copy,
+    locked_progress,
+    pwrite_all,
+    run_parallel,
+    thread_buffer,
+)
 from ..refs import validate_digest
 
 __all__ = [
@@ -105,7 +115,7 @@ class BlobStore(Protocol):
                      on_done: Callable[[int], None] | None = None) -> list[Callable[[], None]]:
         """What ``get_parts`` runs several at once: one call per part that fetches it into its
         range of ``fd``, verified, then ``on_done(i)``; for a caller that runs them on threads
-        of its own, among other work (a pull's pack reads: ``client.transfer.assemble_member``).
+        of its own, among other work (a pull's pack reads: ``client.fetch.assemble_member``).
         Whatever the parts need first (a remote store asks its server where they are) is done
         here, once. The caller stops them through ``progress`` (raising there, as a
         ``parallel.TaskPool``'s does once it failed): unlike ``get_parts``, which also cuts
@@ -121,11 +131,6 @@ class BlobStore(Protocol):
     def get_file(self, digest: str, dest: str | os.PathLike, *,
                  progress: ProgressFn | None = None) -> None:
         """Download to ``dest`` atomically, verifying the digest on the way."""
-
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None: ...
-        # stream the blob into an open writable (written in order), verifying its digest;
-        # IntegrityError after the bytes were written when they do not match (discard ``out``)
 
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream (the caller verifies)."""

@@ -31,7 +31,8 @@ import platform
 import re
 import stat
 import weakref
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["MAPPABLE", "ALIGN", "FileIdentity", "map_together", "InPlaceFile", "InPlaceSegment", "NotInPlace", "in_place_file", "open_in_place",
            "hash_in_place", "usable_in_place"]

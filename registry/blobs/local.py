@@ -20,17 +20,34 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 from ..atomic import sync_filesystem
 from ..digests import VerifyingReader, pump, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError
 from ..parallel import WORKERS, Segment, hash_copy, locked_progress, preallocate, run_calls, run_parallel, thread_buffer
+from .base import (
+    BLOBS_DIR,
+    BlobInfo,
+    Part,
+    ProgressFn,
+    RangeSink,
+    atomic_download,
+    blob_relpath,
+    check_range,
+    check_read_range,
+    checked_range,
+    corrupt_blob_error,
+    digest_from_relpath,
+    hash_parts,
+    open_range,
+    range_error,
+    short_blob_error,
+    unique_parts,
+)
 from .inplace import InPlaceFile, in_place_file
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, RangeSink, atomic_download, blob_relpath,
-                   check_range, check_read_range, checked_range, corrupt_blob_error, digest_from_relpath, hash_parts,
-                   open_range, range_error, short_blob_error, unique_parts, verified_into)
 
 __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 
@@ -64,7 +81,7 @@ class LocalBlobStore:
         self.url = self.root.as_uri()
 
     @classmethod
-    def from_url(cls, url: str) -> "LocalBlobStore":
+    def from_url(cls, url: str) -> LocalBlobStore:
         """``file:///abs/dir`` (or ``file://localhost/abs/dir``) to a store."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path \
@@ -323,12 +340,6 @@ class LocalBlobStore:
         with self.open(digest) as src, atomic_download(dest, digest, self.url) as out:
             pump(src, out.write, progress=progress)
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Append the blob to ``out`` (an open writable), verifying its digest on the way."""
-        with self.open(digest) as src, verified_into(out, digest, self.url) as writer:
-            pump(src, writer.write, progress=progress)
-
     def in_place(self, digest: str, size: int | None = None) -> InPlaceFile | None:
         """The blob's file, if its bytes may be read and mapped where they lie (this user's own
         file that nobody else may write: ``blobs.inplace``), else None (copy it)."""
@@ -483,7 +494,7 @@ class _Committer:
     A file added with ``held`` (a pack not claimed yet) is made durable with its batch (the
     sync overlaps the copies still running) but renamed only after ``release``."""
 
-    def __init__(self, store: "LocalBlobStore") -> None:
+    def __init__(self, store: LocalBlobStore) -> None:
         self._store = store
         self._cond = threading.Condition()
         self._ready: list[tuple[str, str, int]] = []   # (tmp, digest, size) written, not renamed

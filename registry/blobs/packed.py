@@ -9,7 +9,7 @@ that lie close together in one pack are read with one ranged request (a ``PackRu
 which checks and writes each chunk as soon as its last byte is in, so memory is one piece per
 thread (the store's: 512 KiB from S3, a few MiB from a local directory).
 
-A pull builds its runs straight from a version's pack index (``client.transfer.member_reads``,
+A pull builds its runs straight from a version's pack index (``client.fetch.member_reads``,
 the index's entries already in pack order); ``get_packed`` and ``check_packed`` take one
 ``PackedPart`` per chunk and group them (``runs``) by the same rule.
 
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from ..errors import IntegrityError
 from ..parallel import pwrite_all, run_parallel

@@ -33,12 +33,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-from concurrent.futures import CancelledError
 import os
 import re
 import threading
 import time
-from typing import BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import CancelledError
+from typing import BinaryIO
 
 import boto3
 from botocore.config import Config
@@ -52,9 +53,26 @@ from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
 from ..parallel import run_calls
-from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, blob_relpath,
-                   check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
-                   open_range, run_parallel, short_blob_error, unique_parts, verified_into)
+from .base import (
+    BLOBS_DIR,
+    BlobInfo,
+    Part,
+    ProgressFn,
+    PwriteWriter,
+    RangeSink,
+    atomic_download,
+    blob_relpath,
+    check_range,
+    check_read_range,
+    corrupt_blob_error,
+    digest_from_relpath,
+    locked_progress,
+    open_range,
+    run_parallel,
+    short_blob_error,
+    unique_parts,
+    verified_into,
+)
 
 __all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS", "UPLOADER_META"]
 
@@ -199,7 +217,7 @@ class S3BlobStore:
 
     def _upload(self, reader: VerifyingReader, digest: str, size: int | None,
                 progress: ProgressFn | None, *, manager: TransferManager | None = None,
-                inflight: "_Inflight | None" = None) -> None:
+                inflight: _Inflight | None = None) -> None:
         key = self._key(digest)
         subscribers = _subscribers(progress, size)
         # S3 keeps a SHA-256 of every object, so a later push can tell a stored copy holds these
@@ -292,15 +310,6 @@ class S3BlobStore:
         with atomic_download(dest, digest, self.url) as out:
             self._download(digest, out, size, progress)
 
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Stream the object into ``out`` in order (parts fetched in parallel), verifying it.
-        ``size`` when the caller knows it (a manifest does) saves a HEAD request."""
-        if size is None:
-            size = self.stat(digest).size
-        with verified_into(out, digest, self.url) as writer:
-            self._download(digest, writer, size, progress)
-
     def _download(self, digest: str, writer: BinaryIO, size: int, progress: ProgressFn | None) -> None:
         """One object into an unseekable (hashing) writer, parts fetched in parallel, in order."""
         with self._translated("download", digest, check_bucket=True), \
@@ -336,7 +345,7 @@ class S3BlobStore:
         return self._fetches(fd, parts, progress, on_done, _Inflight(), None)
 
     def _fetches(self, fd: int, parts: Sequence[Part], progress: ProgressFn | None,
-                 on_done: Callable[[int], None] | None, inflight: "_Inflight",
+                 on_done: Callable[[int], None] | None, inflight: _Inflight,
                  manager: TransferManager | None) -> list[Callable[[], None]]:
         _limit_malloc_arenas()
         progress = locked_progress(progress)
@@ -354,7 +363,7 @@ class S3BlobStore:
 
         return [functools.partial(one, i) for i in range(len(parts))]
 
-    def _get_part(self, fd: int, part: Part, progress: ProgressFn | None, inflight: "_Inflight",
+    def _get_part(self, fd: int, part: Part, progress: ProgressFn | None, inflight: _Inflight,
                   manager: TransferManager | None) -> None:
         """One blob into its range of ``fd``, verified: streamed (``_stream``), or through
         ``manager`` when it is over the streaming limit."""
@@ -373,7 +382,7 @@ class S3BlobStore:
                                  hint="the version's manifest does not match the store")
 
     def _stream(self, part: Part, writer: BinaryIO, progress: ProgressFn | None,
-                inflight: "_Inflight") -> None:
+                inflight: _Inflight) -> None:
         """The blob's ``part.size`` bytes into ``writer``, in order, from ranged GETs: a body
         cut off (a dropped connection, a read timeout) is asked for again from the next byte
         needed, up to ``_STREAM_ATTEMPTS`` times (what s3transfer allows a part); an answer

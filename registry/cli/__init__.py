@@ -11,8 +11,20 @@ from __future__ import annotations
 
 import click
 
-from . import (audit_cmds, bundle_cmds, governance_cmds, key_cmds, oci_cmds, remote_cmds, runtime_cmds, server_cmds,
-               serving_cmds, store_cmds, token_cmds, webhook_cmds)
+from . import (
+    audit_cmds,
+    bundle_cmds,
+    governance_cmds,
+    key_cmds,
+    oci_cmds,
+    remote_cmds,
+    runtime_cmds,
+    server_cmds,
+    serving_cmds,
+    store_cmds,
+    token_cmds,
+    webhook_cmds,
+)
 from ._core import RegistryGroup
 
 __all__ = ["main", "cli"]

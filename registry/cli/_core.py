@@ -5,9 +5,10 @@ import errno
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -147,9 +148,8 @@ def transfer_progress(total: int, label: str, *, enabled: bool) -> Iterator[Call
     if not enabled or total < 8 * 1024 * 1024 or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
     from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(),

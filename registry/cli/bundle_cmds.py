@@ -129,8 +129,8 @@ def inspect(app: App, target: str, as_json: bool) -> None:
     A local bundle file is verified member by member (exit 5 on any mismatch); a REF is read
     from the registry's metadata without downloading blobs.
     """
-    from .views import bundle_view, inspect_source
     from .render import print_bundle
+    from .views import bundle_view, inspect_source
 
     manifest, extra = inspect_source(target, lambda: app.registry)
     if as_json:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,10 +18,10 @@ from ._core import DEVICE, App, emit_json, pass_app, status, warn
 from .render import clean, esc
 
 if TYPE_CHECKING:
+    from ..client.sources import MaterializedBundle
     from ..runtime.compat import CompatReport
     from ..runtime.device import Device
     from ..runtime.target import Target
-    from ..sources import MaterializedBundle
 
 __all__ = ["target", "verify", "run"]
 
@@ -45,7 +46,7 @@ def _open(app: App, source: str, pubkeys: tuple[str, ...], *, defer_weights: boo
     keys enforced (exit 5 before anything is loaded). ``defer_weights``: a ref not cached may
     come back with its raw weights still being fetched (``load_bundle`` settles it), used where
     they lie in a local store where ``in_place`` allows."""
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     return open_source(source, registry=app.registry, require_signature=pubkeys, defer_weights=defer_weights,
                        in_place=in_place)
@@ -59,8 +60,8 @@ def _native_notes(report: CompatReport) -> list[dict[str, Any]]:
 def _target_for(src: MaterializedBundle, device: Device | None, target_file: str | None, imports: tuple[str, ...],
                 libraries: tuple[str, ...]) -> Target:
     from ..runtime.loader import needed_operators, needs_cpu_isa
-    from ..runtime.target import Target
     from ..runtime.probe import probe
+    from ..runtime.target import Target
 
     if target_file:
         from ..runtime.torchrt import import_modules, load_libraries
@@ -165,8 +166,8 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     against --target FILE.json is decided from the registry's metadata alone, before any
     download ("can that machine load it?"); its members are checked when it is pulled or run.
     """
+    from ..client.sources import parse_source
     from ..runtime.loader import verify_bundle
-    from ..sources import parse_source
 
     # a ref checked against a described machine needs its metadata only: nothing is downloaded
     metadata_only = target_file is not None and not isinstance(parse_source(source), os.PathLike)

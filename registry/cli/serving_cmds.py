@@ -96,9 +96,9 @@ def export_triton(app: App, source: str, outdir: str, model_name: str | None, pr
     Verifies first; exit 4 when a program has no AOTInductor variant (or one the backend cannot
     serve), 5 when native code is not allowed (trust policy, --require-signature, --trust-native).
     """
+    from ..client.sources import open_source
     from ..runtime.target import Target
     from ..serving.triton import export_triton as run_export
-    from ..sources import open_source
 
     src = open_source(source, registry=app.registry, require_signature=pubkeys)
     result = run_export(src, outdir, model_name=model_name, programs=programs, max_batch_size=max_batch_size,

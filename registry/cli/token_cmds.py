@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._core import App, emit_json, pass_app, warn
 from ..access.scopes import ACTIONS
 from ..format.times import iso_utc
+from ._core import App, emit_json, pass_app, warn
 from .render import console, esc
 
 if TYPE_CHECKING:

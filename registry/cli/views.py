@@ -3,13 +3,14 @@ bundle (file or registry ref). One shape per record, so ``--json`` output (and a
 answers with the same documents) cannot drift apart."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..format.times import iso_utc
 
 if TYPE_CHECKING:  # the bundle format loads only in the views that read a bundle (list/show never do)
-    from ..format.manifest import Manifest
     from ..access.policy import AliasPolicy
+    from ..format.manifest import Manifest
     from ..store.records import AttestationRecord, AuditEvent, LineageNode, VersionRecord
 
 __all__ = ["inspect_source", "bundle_view", "version_json", "node_json", "event_json", "policy_json",
@@ -32,12 +33,11 @@ def bundle_view(manifest: Manifest, **extra: Any) -> dict[str, Any]:
 def inspect_source(target: str, registry: Callable[[], Any]) -> tuple[Manifest, dict[str, Any]]:
     """The manifest of a bundle file (verified member by member) or a registry ref (from the
     metadata only), and what the view says besides (``path`` or ``ref``, build, signatures...)."""
+    from ..client.sources import parse_source
     from ..format.bundle import BundleFile
     from ..format.manifest import Manifest
-    from ..refs import Ref
-    from ..sources import parse_source
-
     from ..oci.reference import OciReference
+    from ..refs import Ref
 
     where = parse_source(target)  # a file must exist (exit 3); oci://... an OCI artifact; anything else is a ref
     if isinstance(where, OciReference):  # its manifest and bundle layer only: no weight is downloaded

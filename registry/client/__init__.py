@@ -6,7 +6,8 @@
 
 ``api`` is the ``Registry`` facade; ``push``, ``pull`` and ``gc`` hold the push protocol, the
 fetch of a version and the gc policy; ``provenance`` the lineage and environment recorded with
-a push, ``transfer`` the parallel blob moves, ``trust`` the client trust policy, and ``ports``
+a push, ``upload`` and ``fetch`` the parallel blob moves of a push and a pull, ``sources`` bundles made
+local (the client cache, ``open_source``), ``trust`` the client trust policy, and ``ports``
 the two interfaces (``MetadataStore``, ``BlobStore``) a remote implementation fills.
 """
 from __future__ import annotations

@@ -22,7 +22,7 @@ from ..refs import Ref, validate_alias, validate_name
 # methods that use them: `pt2reg list` / `show` load none of them (tests/integration/test_cli_imports.py).
 if TYPE_CHECKING:
     from ..blobs.base import ProgressFn
-    from ..sources import AuditSpool, BlobCache, MaterializedBundle
+    from .sources import AuditSpool, BlobCache, MaterializedBundle
     from .gc import GcResult
     from .ports import BlobStore, MetadataStore
     from .pull import Located, PullResult
@@ -63,13 +63,13 @@ class Registry:
     @cached_property
     def cache(self) -> BlobCache:
         """This machine's blob cache (``cache_dir``)."""
-        from ..sources import BlobCache
+        from .sources import BlobCache
 
         return BlobCache(self.cache_dir)
 
     @cached_property
     def _spool(self) -> AuditSpool:
-        from ..sources import AuditSpool
+        from .sources import AuditSpool
 
         return AuditSpool(self._spool_path)
 
@@ -246,7 +246,7 @@ class Registry:
                   require_signature: Sequence[str] = ()) -> MaterializedBundle:
         """A bundle file verified into the cache, the trust policy's file rules and the
         ``require_signature`` keys enforced."""
-        from ..sources import materialize_file
+        from .sources import materialize_file
 
         return self.enforce_trust(materialize_file(path, self.cache_dir, progress),
                                   require_signature=require_signature)
@@ -266,7 +266,7 @@ class Registry:
 
         ``defer_weights`` (a cold load, ``registry.load``): the result may be ``pending``, its
         program members' raw weight bytes still being fetched and verified in the background
-        (``client.transfer.fetch_members_deferred``); the caller must ``settled()`` it (or
+        (``client.fetch.fetch_members_deferred``); the caller must ``settled()`` it (or
         ``pending.abort()``) while this registry is open. The audit record is written once
         every member is complete. ``in_place`` (with ``defer_weights``; default: always): whether
         the weights of this bundle (trust enforced) may be verified and used where they lie in a
@@ -329,7 +329,7 @@ class Registry:
         ``pt2reg verify --target FILE REF`` checks a runtime against before any download. An
         ``oci://HOST/REPO@sha256:...`` is read from its OCI registry's manifest and bundle layer."""
         from ..oci.reference import OciReference, looks_like_oci
-        from ..sources import MaterializedBundle
+        from .sources import MaterializedBundle
         from .pull import describe_version
 
         if isinstance(ref, OciReference) or (isinstance(ref, str) and looks_like_oci(ref)):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ..config import actor as current_actor, hostname
+from ..config import actor as current_actor
+from ..config import hostname
 from .ports import BlobStore, MetadataStore
 from .push import HEARTBEAT_SECONDS
 

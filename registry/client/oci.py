@@ -24,10 +24,11 @@ from __future__ import annotations
 import functools
 import io
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..blobs.base import ProgressFn, locked_progress
 from ..digests import canonical_json, digest_of_bytes
@@ -36,13 +37,31 @@ from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest, stored_blobs
 from ..format.packs import PackIndex
 from ..oci.client import READ_PIECE, OciClient
-from ..oci.modelpack import (ATTESTATION_ARTIFACT, BUNDLE_MEDIA, BUNDLE_PATH, BUNDLE_TITLE, EMPTY_JSON, TITLE, FILEPATH,
-                             LEGACY_SIGNATURE_ARTIFACT, MAX_BUNDLE_LAYER_BYTES, ROLE, ROLE_BUNDLE, SIGNATURE_ARTIFACT,
-                             ArtifactLayout, BundleLayer, Descriptor, blob_layer, build_manifest, modelpack_config,
-                             precision_of, referrer_manifest)
+from ..oci.modelpack import (
+    ATTESTATION_ARTIFACT,
+    BUNDLE_MEDIA,
+    BUNDLE_PATH,
+    BUNDLE_TITLE,
+    EMPTY_JSON,
+    FILEPATH,
+    LEGACY_SIGNATURE_ARTIFACT,
+    MAX_BUNDLE_LAYER_BYTES,
+    ROLE,
+    ROLE_BUNDLE,
+    SIGNATURE_ARTIFACT,
+    TITLE,
+    ArtifactLayout,
+    BundleLayer,
+    Descriptor,
+    blob_layer,
+    build_manifest,
+    modelpack_config,
+    precision_of,
+    referrer_manifest,
+)
 from ..oci.reference import OciReference
 from ..parallel import run_calls
-from ..sources import MaterializedBundle
+from .sources import MaterializedBundle
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
@@ -493,8 +512,8 @@ def artifact_size(ref: OciReference, *, insecure: bool = False) -> int:
 def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = False, allow_tag: bool = False,
                   require_signature: Sequence[str] = (), progress: ProgressFn | None = None) -> OciArtifact:
     """The artifact ``ref`` pins, checked and trusted, its members verified files in the cache."""
-    from .transfer import fetch_members
     from ..oci.blobs import OciBlobStore
+    from .fetch import fetch_members
 
     if not ref.pinned and not allow_tag:
         raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
@@ -528,7 +547,7 @@ def open_mounted(registry: Registry, directory: str | Path, bundle_digest: str, 
     from ..oci.blobs import MountedLayers
     from ..oci.modelpack import blob_title
     from ..refs import validate_digest
-    from .transfer import fetch_members
+    from .fetch import fetch_members
 
     validate_digest(bundle_digest)
     root = Path(directory)

@@ -11,8 +11,9 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import actor, hostname
 from ..errors import NotFoundError, UsageError

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ..blobs.base import ProgressFn
 from ..errors import IntegrityError
@@ -17,9 +18,9 @@ from ..format.bundle import FileRange, write_bundle
 from ..format.manifest import Manifest
 from ..format.packs import PackIndex
 from ..refs import Ref
-from ..sources import BlobCache, MaterializedBundle, PinnedManifest
+from .fetch import IndexSource, fetch_members, fetch_members_deferred
 from .ports import BlobStore, MetadataStore
-from .transfer import IndexSource, fetch_members, fetch_members_deferred
+from .sources import BlobCache, MaterializedBundle, PinnedManifest
 
 if TYPE_CHECKING:
     from ..store.records import VersionRecord
@@ -88,7 +89,7 @@ def fetch_version(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, versi
     (default: always) whether they may be verified where they lie in a local store."""
     src = describe_version(meta, version, enforce_trust=enforce_trust)
     sigs = src.signatures
-    # parsed when a member needs it, its large chunks already under way (``transfer.assemble_member``)
+    # parsed when a member needs it, its large chunks already under way (``fetch.assemble_member``)
     index = functools.cache(functools.partial(PackIndex.from_stored, version.packs_json,
                                               f"{version.name}@{version.number}"))
     src = _fetch_members_of(src, index, blobs, cache, progress=progress, defer_weights=defer_weights,
@@ -149,11 +150,11 @@ def fill_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, index: 
                  progress: ProgressFn | None) -> Callable[[int, Mapping[str, int]], None]:
     """What ``format.bundle.write_bundle_filled`` calls to write a bundle's members: each member
     cached intact is copied from the cache, the others fetched from ``blobs`` chunk by chunk
-    straight into their places (``client.transfer.fetch_parts``, each chunk verified against its
+    straight into their places (``client.fetch.fetch_parts``, each chunk verified against its
     sha256 as it arrives: a chunk that does not match is ``IntegrityError`` and nothing is left)."""
     from ..blobs.base import Part
     from ..format.bundle import FileRange, copy_member
-    from .transfer import fetch_parts, member_parts
+    from .fetch import fetch_parts, member_parts
 
     def fill(fd: int, places: Mapping[str, int]) -> None:
         for m in manifest.members:

@@ -37,18 +37,19 @@ import dataclasses
 import os
 import secrets
 import threading
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..blobs.base import ProgressFn, locked_progress, run_parallel
-from ..parallel import Background
 from ..config import actor, hostname
 from ..errors import ConflictError
 from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
+from ..parallel import Background
 from ..pt2.reader import check_bundle_programs
 from .ports import BlobStore, MetadataStore
-from .transfer import UploadPlan, bundle_parts, plan_upload, upload_plan
+from .upload import UploadPlan, bundle_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
     from ..store.records import LineageEdge, VersionRecord
@@ -87,7 +88,7 @@ class _Heartbeat:
             except Exception:  # a missed heartbeat only shortens the claim; never kill the upload
                 pass
 
-    def __enter__(self) -> "_Heartbeat":
+    def __enter__(self) -> _Heartbeat:
         self._thread.start()
         return self
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import TYPE_CHECKING, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ..format.manifest import Manifest
 from ..format.signing import sign_statement_record

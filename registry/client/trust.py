@@ -48,15 +48,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SignatureError, UsageError
 
 if TYPE_CHECKING:  # reading a policy (`pt2reg show`) needs no bundle machinery
-    from ..sources import MaterializedBundle
+    from .sources import MaterializedBundle
 
 __all__ = ["ENV_TRUST", "TrustRule", "TrustPolicy", "glob_match", "load_policy", "establish_trust", "STATE_FILE"]
 

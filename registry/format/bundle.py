@@ -21,15 +21,15 @@ import itertools
 import json
 import os
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Sequence, Union
+from typing import IO, Any
 
-from ..constants import (BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES,
-                         MAX_MANIFEST_BYTES, SIGNATURES_MEMBER)
+from ..atomic import USER_FILE, atomic_write
+from ..constants import BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES, MAX_MANIFEST_BYTES, SIGNATURES_MEMBER
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
-from ..atomic import USER_FILE, atomic_write
 from ..parallel import Flusher, Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate, pwrite_all
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
@@ -58,7 +58,7 @@ class FileRange:
 
 #: A member's bytes for ``write_bundle``: a function opening a stream positioned at them
 #: (copied in order), or the file ranges they are made of, in order (copied on every core).
-MemberSource = Union[Callable[[], IO[bytes]], FileRange, Sequence[FileRange]]
+MemberSource = Callable[[], IO[bytes]] | FileRange | Sequence[FileRange]
 
 
 class _Files:
@@ -296,9 +296,9 @@ def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check:
     for i, (want, off, n) in enumerate(spans):
         h, crc, pos = hashlib.sha256(), 0, offset + off
 
-        def sink(data: bytes) -> None:
+        def sink(data: bytes) -> None:   # called by _pump_exact below, in this iteration
             nonlocal crc, pos
-            h.update(data)
+            h.update(data)  # noqa: B023
             crc = zlib.crc32(data, crc)
             pwrite_all(fd, data, pos)
             pos += len(data)
@@ -364,7 +364,7 @@ class BundleFile:
     signatures: list[dict[str, Any]]
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "BundleFile":
+    def open(cls, path: str | os.PathLike) -> BundleFile:
         path = Path(path)
         where = str(path)
         entries = read_entries(path, where=where)
@@ -432,10 +432,6 @@ class BundleFile:
             _run_member_jobs(plan, f"{self.path}: ", progress=progress)
         finally:
             files.close()
-
-    def verify_member(self, member: Member, progress: Callable[[int], None] | None = None) -> None:
-        """Check one member (see ``verify_members``)."""
-        self.verify_members([member], progress)
 
     def verify(self, progress: Callable[[int], None] | None = None) -> None:
         """Check every member against the manifest (all cores, bounded memory)."""

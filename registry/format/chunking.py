@@ -24,7 +24,8 @@ as before (a reader accepts any tiling).
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterable, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 __all__ = ["MIN_CHUNK", "MIN_MEMBER", "PIECE", "entry_span", "plan_chunks", "chunks_inside"]
 

@@ -24,8 +24,8 @@ which inputs a program accepts.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, MutableMapping
 from dataclasses import replace
-from typing import Mapping, MutableMapping
 
 from ..constants import UNNAMED_PROGRAM_HINT
 from ..errors import UsageError

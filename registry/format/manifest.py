@@ -18,12 +18,13 @@ import copy
 import json
 import operator
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from itertools import accumulate
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Union
+from typing import Any
 
 import orjson
 
@@ -293,7 +294,7 @@ class Dim:
         return self.dim or self.expr or "?"
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Dim":
+    def from_json(cls, raw: Mapping[str, Any]) -> Dim:
         return cls(raw["min"], raw["max"], raw["expr"], raw.get("dim"))
 
     def to_json(self) -> dict[str, Any]:
@@ -304,7 +305,7 @@ class Dim:
 
 
 #: One dimension of a tensor: a static size or a symbolic ``Dim``.
-Size = Union[int, Dim]
+Size = int | Dim
 
 
 def _size_from_json(d: Any) -> Size:
@@ -343,7 +344,7 @@ class TensorSpec:
         return tuple(d for d in self.shape or () if isinstance(d, Dim))
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "TensorSpec":
+    def from_json(cls, raw: Mapping[str, Any]) -> TensorSpec:
         shape = raw["shape"]
         return cls(raw["name"], raw["dtype"], None if shape is None else tuple(_size_from_json(d) for d in shape),
                    raw.get("device"), raw.get("kind"), raw.get("path"), copy.deepcopy(raw.get("value")),
@@ -370,7 +371,7 @@ class ConstantInput:
     path: str
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "ConstantInput":
+    def from_json(cls, raw: Mapping[str, Any]) -> ConstantInput:
         return cls(raw["name"], raw["value"], raw["leaf"], raw["kind"], raw["path"])
 
     def to_json(self) -> dict[str, Any]:
@@ -386,7 +387,7 @@ class PytreeClass:
     fields: tuple[str, ...] | None
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "PytreeClass":
+    def from_json(cls, raw: Mapping[str, Any]) -> PytreeClass:
         fields = raw["fields"]
         return cls(raw["type"], None if fields is None else tuple(fields))
 
@@ -409,7 +410,7 @@ class RequiredOp:
         return self.name if self.overload in ("default", "") else f"{self.name}.{self.overload}"
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "RequiredOp":
+    def from_json(cls, raw: Mapping[str, Any]) -> RequiredOp:
         return cls(raw["name"], raw["overload"], raw["target"], raw["schema"])
 
     def to_json(self) -> dict[str, Any]:
@@ -431,7 +432,7 @@ class BakedDevice:
     _OPTIONAL = ("arg", "source", "code")
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "BakedDevice":
+    def from_json(cls, raw: Mapping[str, Any]) -> BakedDevice:
         return cls(raw["op"], raw["device"], raw.get("arg"), raw.get("source"), raw.get("code"),
                    _present(raw, cls._OPTIONAL))
 
@@ -460,7 +461,7 @@ class AotiTarget:
     _OPTIONAL = ("device_key", "compute_capability", "platform", "machine", "cpu_isa", "torch_version", "cxx11_abi")
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "AotiTarget":
+    def from_json(cls, raw: Mapping[str, Any]) -> AotiTarget:
         return cls(*(raw.get(k) for k in cls._OPTIONAL), present=_present(raw, cls._OPTIONAL))
 
     def to_json(self) -> dict[str, Any]:
@@ -479,7 +480,7 @@ class Variant:
     target: AotiTarget | None = None
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Variant":
+    def from_json(cls, raw: Mapping[str, Any]) -> Variant:
         target = raw.get("target")
         return cls(raw["id"], raw["kind"], raw["member"], raw["archive_name"],
                    None if target is None else AotiTarget.from_json(target))
@@ -506,7 +507,7 @@ class ProgramWindow:
         return {"torch": self.torch, "schema": list(self.schema), "features": list(self.features)}
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "ProgramWindow":
+    def from_json(cls, raw: Mapping[str, Any]) -> ProgramWindow:
         return cls(str(raw["torch"]), (int(raw["schema"][0]), int(raw["schema"][1])), tuple(raw.get("features", ())))
 
 
@@ -526,7 +527,7 @@ class Serialization:
     _OPTIONAL = ("archive_version", "window")
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Serialization":
+    def from_json(cls, raw: Mapping[str, Any]) -> Serialization:
         major, minor = raw["schema_version"]
         window = ProgramWindow.from_json(raw["window"]) if raw.get("window") is not None else None
         return cls(raw["torch_version"], (major, minor), MappingProxyType(dict(raw["opset_version"])),
@@ -576,7 +577,7 @@ class ProgramSpec:
         return next((v for v in self.variants if v.id == variant_id), None)
 
     @classmethod
-    def from_json(cls, name: str, raw: Mapping[str, Any]) -> "ProgramSpec":
+    def from_json(cls, name: str, raw: Mapping[str, Any]) -> ProgramSpec:
         return cls(
             name=name,
             variants=tuple(Variant.from_json(v) for v in raw["variants"]),
@@ -628,7 +629,7 @@ def chunk_list_json(chunks: tuple[tuple[str, int], ...]) -> bytes:
     True
     """
     if all_hex64(list(map(_FIRST, chunks))) and set(map(type, map(_SECOND, chunks))) <= {int}:
-        return ("[" + ",".join(['{"sha256":"%s","size":%d}' % c for c in chunks]) + "]").encode("ascii")
+        return ("[" + ",".join(['{"sha256":"%s","size":%d}' % c for c in chunks]) + "]").encode("ascii")  # noqa: UP031
     return canonical_json([{"sha256": h, "size": n} for h, n in chunks])
 
 
@@ -718,7 +719,7 @@ class Member:
         return list(zip(shas, offsets, sizes))
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any], parsed: _ChunkList | None = None) -> "Member":
+    def from_json(cls, raw: Mapping[str, Any], parsed: _ChunkList | None = None) -> Member:
         """``parsed``: its chunk list as ``_canonical`` read it (not read again)."""
         chunks = parsed.chunks if parsed is not None else \
             tuple(zip(map(_SHA256, raw.get("chunks", ())), map(_SIZE, raw.get("chunks", ()))))
@@ -748,7 +749,7 @@ class Sample:
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Sample":
+    def from_json(cls, raw: Mapping[str, Any]) -> Sample:
         return cls(raw["name"], raw["program"], raw["member"], tuple(raw["inputs"]), tuple(raw["outputs"]),
                    raw["rtol"], raw["atol"], raw.get("device"), _present(raw, ("device",)))
 
@@ -772,7 +773,7 @@ class Requirements:
     present: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Requirements":
+    def from_json(cls, raw: Mapping[str, Any]) -> Requirements:
         devices, cc = raw["device_types"], raw.get("min_compute_capability")
         return cls(raw["torch"], None if devices is None else tuple(devices), tuple(raw["hardware_dtypes"]),
                    None if cc is None else (cc[0], cc[1]), _present(raw, ("min_compute_capability",)))
@@ -802,7 +803,7 @@ class Environment:
     _NAMED = ("python", "torch", "platform", "cuda")
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "Environment":
+    def from_json(cls, raw: Mapping[str, Any]) -> Environment:
         return cls(raw["python"], raw["torch"], raw["platform"], raw.get("cuda"),
                    MappingProxyType({k: v for k, v in raw.items() if k not in cls._NAMED}),
                    _present(raw, cls._OPTIONAL))
@@ -910,7 +911,7 @@ class Manifest:
     order_given: bool = field(default=False, repr=False)   # "program_order" written in the JSON
 
     @classmethod
-    def from_raw(cls, raw: Any) -> "Manifest":
+    def from_raw(cls, raw: Any) -> Manifest:
         columns: _Columns = {}
         problems = _validate(raw, columns)
         if problems:
@@ -933,7 +934,7 @@ class Manifest:
             canonical=canonical, order_given="program_order" in raw)
 
     @classmethod
-    def from_bytes(cls, data: bytes, digest: str | None = None) -> "Manifest":
+    def from_bytes(cls, data: bytes, digest: str | None = None) -> Manifest:
         """Parse and validate a manifest's JSON text (``ManifestError`` saying what is wrong).
 
         ``digest``: the digest the caller expects it to have (a version's). The text is then

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import repeat
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -75,7 +76,7 @@ class Pack:
     sizes: tuple[int, ...]
 
     @classmethod
-    def of(cls, digest: str, size: int, entries: Iterable[PackEntry]) -> "Pack":
+    def of(cls, digest: str, size: int, entries: Iterable[PackEntry]) -> Pack:
         """A pack of ``entries`` (in any order)."""
         ordered = sorted(entries, key=_OFFSET)
         return cls(digest, size, tuple(e.chunk[7:] for e in ordered), tuple(e.offset for e in ordered),
@@ -146,7 +147,7 @@ class PackIndex:
             for p in sorted(self.packs, key=lambda p: p.digest)]}).decode("utf-8")
 
     @classmethod
-    def from_locations(cls, used: Mapping[str, ChunkLocation]) -> "PackIndex":
+    def from_locations(cls, used: Mapping[str, ChunkLocation]) -> PackIndex:
         """The index of the chunks ``used`` (``chunk digest -> location``), grouped by pack."""
         packs: dict[tuple[str, int], list[PackEntry]] = {}
         for chunk, (pack, pack_size, offset, size) in used.items():
@@ -154,7 +155,7 @@ class PackIndex:
         return cls(tuple(Pack.of(d, n, es) for (d, n), es in sorted(packs.items())))
 
     @classmethod
-    def from_stored(cls, text: str | None, where: str = "a version") -> "PackIndex":
+    def from_stored(cls, text: str | None, where: str = "a version") -> PackIndex:
         """A recorded index (``from_json``): ``IntegrityError`` (exit 5) naming ``where`` when
         the metadata store holds one that does not parse."""
         try:
@@ -164,7 +165,7 @@ class PackIndex:
                                  hint="the metadata database was altered: run `pt2reg audit --verify`") from None
 
     @classmethod
-    def from_json(cls, text: str | None) -> "PackIndex":
+    def from_json(cls, text: str | None) -> PackIndex:
         """Parse and check an index (``UsageError`` naming the first problem): digests well formed,
         no pack over ``PACK_BYTES`` or without entries, every entry under ``PACK_BELOW`` bytes and
         inside its pack, no two entries of a pack overlapping, each chunk listed once.
@@ -185,7 +186,7 @@ class PackIndex:
         return cls.from_raw(raw)
 
     @classmethod
-    def from_raw(cls, raw: Any) -> "PackIndex":
+    def from_raw(cls, raw: Any) -> PackIndex:
         """``from_json`` of the parsed JSON value."""
         if not isinstance(raw, dict) or set(raw) != {"packs"} or not isinstance(raw["packs"], list):
             raise _bad('not an object {"packs": [...]}')

@@ -26,12 +26,24 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..errors import SignatureError
-from .keys import (KEY_ID_RE, KEY_TYPES, generate_keypair, key_id_of, load_private_key, load_public_key,
-                   public_key_from_pem, public_pem_bytes, read_key_file, sign_bytes, verify_bytes)
+from .keys import (
+    KEY_ID_RE,
+    KEY_TYPES,
+    generate_keypair,
+    key_id_of,
+    load_private_key,
+    load_public_key,
+    public_key_from_pem,
+    public_pem_bytes,
+    read_key_file,
+    sign_bytes,
+    verify_bytes,
+)
 
 __all__ = ["generate_keypair", "sign_digest", "verify_signatures", "key_id_of", "KEY_TYPES",
            "public_key_from_pem", "valid_signer", "read_public_key_file", "public_pem_of",

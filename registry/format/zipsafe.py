@@ -15,9 +15,10 @@ import os
 import stat
 import struct
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Callable
+from typing import IO, BinaryIO
 
 from ..constants import MAX_MEMBER_BYTES, MAX_MEMBERS
 from ..errors import NotFoundError, UnsafeArchiveError
@@ -150,7 +151,7 @@ class _RangeReader:
     def close(self) -> None:
         self._fp.close()
 
-    def __enter__(self) -> "_RangeReader":
+    def __enter__(self) -> _RangeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

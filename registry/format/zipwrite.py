@@ -7,7 +7,6 @@ aligned like torch's own writer so weights stay mmap-able at their offset.
 """
 from __future__ import annotations
 
-import os
 import struct
 import zipfile
 import zlib
@@ -123,11 +122,6 @@ class DeterministicZipWriter:
         import io
         self.write_stream(name, io.BytesIO(data), len(data))
 
-    def write_file(self, name: str, path: str | os.PathLike) -> None:
-        size = os.path.getsize(path)
-        with open(path, "rb") as src:
-            self.write_stream(name, src, size)
-
     def close(self) -> None:
         infos = []
         for e in self._entries.values():
@@ -150,7 +144,7 @@ class DeterministicZipWriter:
         """Give up on a failed write (the caller discards the file): nothing more is written."""
         self._entries.clear()
 
-    def __enter__(self) -> "DeterministicZipWriter":
+    def __enter__(self) -> DeterministicZipWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

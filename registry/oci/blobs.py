@@ -15,8 +15,7 @@ for a blob). Every read is verified against the digest, as a local store's are.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
-
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ..blobs.base import BlobInfo

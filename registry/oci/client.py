@@ -29,13 +29,22 @@ import hashlib
 import random
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import httpx
 
 from ..constants import VERSION
-from ..errors import (AccessDeniedError, IntegrityError, NotAuthenticatedError, NotFoundError, RegistryError,
-                      StoreError, UsageError, brief)
+from ..errors import (
+    AccessDeniedError,
+    IntegrityError,
+    NotAuthenticatedError,
+    NotFoundError,
+    RegistryError,
+    StoreError,
+    UsageError,
+    brief,
+)
 from .auth import Challenge, Credential, find_credential, parse_challenges
 from .modelpack import IMAGE_INDEX, IMAGE_MANIFEST, MAX_MANIFEST_BYTES, Descriptor, parse_index
 from .reference import OciReference

@@ -29,9 +29,10 @@ and the OCI manifest's digest (the user's pin) covers the bundle layer's digest.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..digests import canonical_json, digest_of_bytes
 from ..errors import IntegrityError, UsageError
@@ -42,7 +43,7 @@ __all__ = [
     "DATASET_RAW", "BUNDLE_MEDIA", "EMPTY_CONFIG", "EMPTY_JSON", "SIGNATURE_ARTIFACT", "LEGACY_SIGNATURE_ARTIFACT",
     "ATTESTATION_ARTIFACT", "ROLE", "ROLE_BUNDLE", "ROLE_BLOB", "FILEPATH", "TITLE", "BUNDLE_TITLE", "blob_title", "MAX_MANIFEST_BYTES",
     "MAX_BUNDLE_LAYER_BYTES", "Layer", "Descriptor", "ArtifactLayout", "BundleLayer", "build_manifest",
-    "modelpack_config", "precision_of", "blob_layer", "referrer_manifest", "parse_index", "manifest_descriptor",
+    "modelpack_config", "precision_of", "blob_layer", "referrer_manifest", "parse_index",
 ]
 
 IMAGE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -177,10 +178,6 @@ def build_manifest(config: bytes, layers: list[Layer], *, annotations: Mapping[s
         "schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": MODEL_ARTIFACT,
         "config": Descriptor(MODEL_CONFIG, digest_of_bytes(config), len(config)).to_json(),
         "layers": [layer.to_json() for layer in layers], "annotations": dict(annotations)})
-
-
-def manifest_descriptor(data: bytes, media_type: str = IMAGE_MANIFEST, artifact_type: str | None = None) -> Descriptor:
-    return Descriptor(media_type, digest_of_bytes(data), len(data), artifact_type=artifact_type)
 
 
 def referrer_manifest(subject: Descriptor, artifact_type: str, layer: Descriptor,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["Expr", "parse_srepr", "parse_dim_expr", "ExprError", "INF", "SYMPY_CALLS", "sympy_call_allowed",
            "tokenize"]
@@ -58,7 +58,7 @@ class Expr:
     #                              or "fn:<Name>": any other sympy/torch function, kept opaque
     #                              (printed, symbols known, bounds [0, inf), never evaluated)
     value: object = None         # symbol name or int
-    args: tuple["Expr", ...] = ()
+    args: tuple[Expr, ...] = ()
 
     def symbols(self) -> set[str]:
         if self.op == "sym":

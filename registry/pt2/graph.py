@@ -7,7 +7,8 @@ program entry (plain JSON values).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .exprs import INF, ExprError, parse_srepr
 from .treespec import TreeSpecError, input_label, leaf_paths, pytree_classes

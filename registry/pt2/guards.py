@@ -17,8 +17,9 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["GuardError", "GuardFailure", "Guard", "parse_guard", "compile_guards", "check_guards",
            "MAX_GUARD_CHARS", "MAX_GUARD_NODES", "MAX_GUARDS"]
@@ -98,7 +99,7 @@ def parse_guard(text: Any) -> Guard:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise GuardError(f"guards_code entry {_clip(text)} is not one expression ({type(exc).__name__})") from None
     count = 0
-    for node in ast.walk(tree):
+    for _node in ast.walk(tree):
         count += 1
         if count > MAX_GUARD_NODES:
             raise GuardError(f"guards_code entry {_clip(text)} has more than {MAX_GUARD_NODES} parts")

@@ -19,19 +19,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from ..atomic import atomic_write
+from ..constants import MAX_GRAPH_JSON_BYTES
+from ..digests import canonical_json
 from ..format.bundle import FileRange
 from ..format.chunking import MIN_CHUNK
 from ..format.zipsafe import open_entry
-from ..atomic import atomic_write
 from ..format.zipwrite import DeterministicZipWriter
-from ..constants import MAX_GRAPH_JSON_BYTES
-from ..digests import canonical_json
 from ..parallel import pwrite_all
-from .reader import (CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member,
-                     load_json_member)
+from .reader import CANONICAL_ROOT, DROPPED_MEMBERS, SAMPLE_INPUTS_DIR, Pt2Archive, is_json_member, load_json_member
 
 __all__ = ["normalize_pt2", "fill_holes", "CANONICAL_ROOT", "portable_source_path", "portable_stack_trace"]
 

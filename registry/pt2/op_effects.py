@@ -33,9 +33,10 @@ Custom (user) namespaces are not in this list: they are declared required ops th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .datafiles import read_data_file, write_data_file
 

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from ..constants import MAX_GRAPH_JSON_BYTES, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_ITEMS
 from ..digests import canonical_json
 from ..errors import IncompatibleError, UnsafeArchiveError, UsageError
+from ..format.zipsafe import ZipEntry, read_canonical_entries, read_entries, read_entry_bytes
 from .graph import GraphFormatError, describe_program
 from .safety import unsafe_in_graph
 from .verdicts import program_kinds, read_verdict
@@ -73,12 +73,7 @@ class Pt2Archive:
     aoti: dict[str, dict[str, Any]]       # AOTI model name -> {"metadata": {...}, "libraries": [...]}
     pickled: list[str] = field(default_factory=list)   # members torch would unpickle
     pickled_objects: list[str] = field(default_factory=list)  # of those, the ones that are not tensors
-    archive_format: str | None = None
     archive_version: str | None = None
-
-    @property
-    def is_aoti(self) -> bool:
-        return bool(self.aoti)
 
 
 def _json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -202,7 +197,7 @@ def _check_allowlist(rel: dict[str, ZipEntry], where: str) -> None:
                                          member=name)
 
 
-def _check_canonical_json(configs: "_JsonMembers") -> None:
+def _check_canonical_json(configs: _JsonMembers) -> None:
     """In a bundle, every JSON member torch parses is the canonical serialization of its value:
     no duplicate keys, whitespace or alternative spellings two parsers could read differently."""
     for name in configs.rel:
@@ -237,7 +232,7 @@ def _payload_bytes(meta: Any) -> tuple[int, int, int] | None:
     return extent * elsize, numel, elsize
 
 
-def _check_payloads(rel: dict[str, ZipEntry], configs: "_JsonMembers", where: str) -> None:
+def _check_payloads(rel: dict[str, ZipEntry], configs: _JsonMembers, where: str) -> None:
     """Every weight and constant the configs declare must be backed by its stored bytes: torch
     allocates ``zeros(shape)`` for an empty member and views others with ``as_strided``, so a
     few KB declaring a huge shape would otherwise cost gigabytes."""
@@ -393,7 +388,7 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     if portable and describe:
         _check_payloads(rel, configs, where)
     programs: dict[str, dict[str, Any]] = {}
-    for name, entry in rel.items():
+    for name, entry in rel.items():  # noqa: B007
         if name.startswith("models/") and name.endswith(".json") and name.count("/") == 1:
             prog = name[len("models/"):-len(".json")]
             if not describe:
@@ -431,6 +426,8 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
                 info["libraries"].append(name)
     fmt = rel.get("archive_format")
     ver = rel.get("archive_version")
+    if fmt:   # nothing reads it, but it is held to the same size limit as archive_version
+        read_entry_bytes(path, fmt, max_size=64, where=where)
     if not programs and not aoti:
         raise UnsafeArchiveError(f"{where}: no program found (no models/*.json and no AOTInductor model)",
                                  hint="expected a file written by torch.export.save")
@@ -438,7 +435,6 @@ def open_pt2(path: str | os.PathLike, *, where: str | None = None,
     return Pt2Archive(
         path=path, root=root, entries=rel, programs=programs, aoti=aoti,
         pickled=sorted(tensors + objects), pickled_objects=objects,
-        archive_format=read_entry_bytes(path, fmt, max_size=64, where=where).decode("utf-8", "replace").strip() if fmt else None,
         archive_version=read_entry_bytes(path, ver, max_size=64, where=where).decode("utf-8", "replace").strip() if ver else None,
     )
 

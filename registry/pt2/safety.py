@@ -25,11 +25,12 @@ are bounded in terms, symbols and sympy cost before sympy sees them (``_ExprBudg
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .exprs import sympy_call_allowed, tokenize
 
-__all__ = ["GraphSafetyError", "check_graph", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
+__all__ = ["GraphSafetyError", "check_srepr", "check_target", "unsafe_in_graph", "walk_dicts",
            "check_program", "check_op_effects"]
 
 _MAX_EXPR_CHARS = 8192
@@ -98,7 +99,7 @@ def check_srepr(text: Any) -> None:
     _srepr_tree(text)
 
 
-def _srepr_tree(text: str) -> "_Tree":
+def _srepr_tree(text: str) -> _Tree:
     tokens = _tokenize(text)
     tree, pos = _parse(tokens, 0, 0)
     if pos != len(tokens):
@@ -301,13 +302,6 @@ def _check_range_symbol(name: Any) -> None:
             if index > _MAX_UNBACKED_INDEX:
                 raise GraphSafetyError(f"range constraint on unbacked symbol {_clip(name)} with an "
                                        f"implausible index")
-
-
-def check_graph(model: Any) -> None:
-    """Raise GraphSafetyError with the first unsafe thing in ``model``."""
-    reason = unsafe_in_graph(model)
-    if reason:
-        raise GraphSafetyError(reason)
 
 
 # --- size-expression budget ------------------------------------------------------------------

@@ -18,8 +18,9 @@ Field checks (``checks``) let the caller constrain values by where they are, e.g
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .datafiles import read_data_file, write_data_file
 

@@ -17,7 +17,8 @@ without harm, so they do not raise the window. Pure: no torch, no IO.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..format.manifest import ProgramWindow
 

@@ -26,21 +26,36 @@ import os
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Collection, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import httpx
 import urllib3
 
-from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, check_range,
-                          check_read_range, locked_progress, open_range, range_error, run_parallel, short_blob_error,
-                          unique_parts, verified_into)
-from ..digests import sha256_bytes
+from ..blobs.base import (
+    BlobInfo,
+    Part,
+    ProgressFn,
+    PwriteWriter,
+    RangeSink,
+    atomic_download,
+    check_range,
+    check_read_range,
+    locked_progress,
+    open_range,
+    range_error,
+    run_parallel,
+    short_blob_error,
+    unique_parts,
+    verified_into,
+)
 from ..constants import VERSION
+from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
 from ..parallel import run_calls
 from ..refs import validate_digest
-from .http import ATTEMPTS, BACKOFF, TIMEOUT, HttpClient, without_query, same_origin
+from .http import ATTEMPTS, BACKOFF, TIMEOUT, HttpClient, same_origin, without_query
 from .meta import SERVER_SIDE_HINT
 
 __all__ = ["HttpBlobStore", "Target", "TRANSFERS", "READ_SIZE", "STREAM_ATTEMPTS"]
@@ -308,17 +323,6 @@ class HttpBlobStore:
         """Download to ``dest`` atomically, verifying the digest on the way."""
         target = self.download_targets([digest])[digest]
         with atomic_download(dest, digest, f"the registry at {self.url}") as writer:
-            self._fetch(target, writer, progress, threading.Event())
-
-    def get_into(self, digest: str, out: BinaryIO, *, progress: ProgressFn | None = None,
-                 size: int | None = None) -> None:
-        """Stream the blob into ``out`` in order, verifying it (``IntegrityError`` after the
-        bytes were written when they do not match: discard ``out``)."""
-        target = self.download_targets([digest])[digest]
-        if size is not None and size != target.size:
-            raise IntegrityError(f"blob {digest} has {target.size} bytes, expected {size}",
-                                 hint="the version's manifest does not match the store")
-        with verified_into(out, digest, f"the registry at {self.url}") as writer:
             self._fetch(target, writer, progress, threading.Event())
 
     def read_bytes(self, digest: str, *, max_size: int) -> bytes:

@@ -23,7 +23,7 @@ from ..config import Settings, normalize_url
 from ..constants import CREDENTIALS_FILE, ENV_TOKEN
 from ..errors import NotFoundError, UsageError
 
-__all__ = ["credentials_path", "resolve_token", "token_and_source", "read_token_file", "load_logins", "save_login",
+__all__ = ["credentials_path", "token_and_source", "read_token_file", "load_logins", "save_login",
            "remove_login"]
 
 _MAX_TOKEN_FILE = 64 * 1024
@@ -31,11 +31,6 @@ _MAX_TOKEN_FILE = 64 * 1024
 
 def credentials_path(home: Path) -> Path:
     return Path(home) / CREDENTIALS_FILE
-
-
-def resolve_token(settings: Settings) -> str | None:
-    """The token for ``settings.url``: ``PT2REG_TOKEN``, ``--token-file``, the login file, or None."""
-    return token_and_source(settings)[0]
 
 
 def token_and_source(settings: Settings) -> tuple[str | None, str | None]:

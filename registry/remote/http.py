@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx

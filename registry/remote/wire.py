@@ -14,7 +14,7 @@ import dataclasses
 import types
 import typing
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import cache
 from typing import Any, TypeVar
 
 from ..errors import StoreError
@@ -69,7 +69,7 @@ def encode(value: Any) -> Any:
     return value
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -27,8 +27,9 @@ variant runs only on the torch major.minor and C++ ABI that compiled it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -81,7 +82,7 @@ class CompatReport:
 
     compatible: bool
     findings: tuple[Finding, ...]
-    variants: Mapping[str, "VariantChoice"] = field(default_factory=dict, hash=False)
+    variants: Mapping[str, VariantChoice] = field(default_factory=dict, hash=False)
 
     @property
     def choices(self) -> dict[str, tuple[str | None, str]]:

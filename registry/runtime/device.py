@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Union
 
 from ..errors import UsageError
 
@@ -101,5 +100,5 @@ class Device:
 
 
 #: what a caller may pass where a device is taken: its text or a ``Device``
-DeviceLike = Union[str, Device]
+DeviceLike = str | Device
 CPU = Device("cpu")

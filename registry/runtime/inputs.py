@@ -22,13 +22,14 @@ arguments export baked in (``BakedArgument``): given with their exported value, 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InputValidationError, UsageError
 from ..format.manifest import ConstantInput, Dim, ProgramSpec, Size, TensorSpec
-from .device import Device, DeviceLike
 from ..pt2.exprs import Expr, ExprError, parse_dim_expr
+from .device import Device, DeviceLike
 from .torchrt import tree_unflatten, treespec_loads
 
 __all__ = ["check_inputs", "value_meta", "format_range", "BakedArgument", "call_arguments", "baked_arguments",

@@ -26,19 +26,19 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..atomic import USER_FILE, atomic_write
-from .compat import CompatReport, Finding, check, pytree_classes_of
-from .device import Device, DeviceLike
-from ..errors import (IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError,
-                     brief)
+from ..client.sources import MaterializedBundle
+from ..errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError, UsageError, brief
 from ..format.manifest import Manifest, ProgramSpec, Variant
 from ..pt2.verdicts import pickled_of, read_verdict, verdicts_dir, write_verdict
+from .compat import CompatReport, Finding, check, pytree_classes_of
+from .device import Device, DeviceLike
 from .inputs import call_arguments, check_constant, check_inputs, fill_baked_call, flat_count, without_constants
-from ..sources import MaterializedBundle
 from .target import Target
 
 __all__ = ["LoadedBundle", "LoadedProgram", "SampleResult", "load_bundle", "load", "verify_bundle", "needed_operators",
@@ -604,7 +604,7 @@ def open_source_for_load(source: str | os.PathLike | MaterializedBundle, registr
     """``open_source`` as a load wants it: the trust policy enforced, a cold ref's weights
     (``defer_weights``) fetched while the load runs, and used in place in a local store unless
     the first-load sandbox (``sandbox``) will read them first. The caller aborts ``pending``."""
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     return open_source(source, registry=registry, require_signature=require_signature,
                        defer_weights=defer_weights, in_place=lambda s: not sandboxed_first(s, sandbox))

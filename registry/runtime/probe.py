@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import IncompatibleError
 from .device import CPU, Device, DeviceLike

@@ -16,7 +16,8 @@ output is then compared within the larger of the sample's tolerance and
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import IntegrityError, UsageError
 from ..format.manifest import ProgramSpec, Sample

@@ -36,9 +36,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..constants import PACKAGE_PARENT
 from .device import Device, DeviceLike
@@ -82,7 +83,7 @@ class SandboxConfig:
 
     @classmethod
     def from_env(cls, cache_dir: str | os.PathLike, env: Mapping[str, str] | None = None, *,
-                 imports: Sequence[str] = (), libraries: Sequence[str] = ()) -> "SandboxConfig":
+                 imports: Sequence[str] = (), libraries: Sequence[str] = ()) -> SandboxConfig:
         from ..errors import UsageError
 
         env = os.environ if env is None else env

@@ -31,7 +31,8 @@ import dataclasses
 import threading
 import types
 import typing
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 __all__ = ["SchemaDecoder", "union_create"]
 
@@ -174,7 +175,7 @@ class SchemaDecoder:
 
     def _record(self, cls: Any) -> Plan:
         hints = typing.get_type_hints(cls, globalns=self._namespace)
-        fields = [(f.name, self._deferred(lambda: hints[f.name])) for f in dataclasses.fields(cls)]
+        fields = [(f.name, self._deferred(lambda: hints[f.name])) for f in dataclasses.fields(cls)]  # noqa: B023 - called at once
 
         def record(data: Any) -> Any:
             return cls(**{name: plan(data[name]) for name, plan in fields if name in data})

@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import UsageError
 
@@ -157,7 +158,7 @@ class Target:
         }
 
     @classmethod
-    def from_json(cls, raw: Any, *, where: str = "target") -> "Target":
+    def from_json(cls, raw: Any, *, where: str = "target") -> Target:
         """Validate a target document, reporting every bad field in one line (UsageError)."""
         problems: list[str] = []
         if not isinstance(raw, dict):
@@ -210,7 +211,7 @@ class Target:
                    cxx11_abi=abi, **optional)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Target":
+    def load(cls, path: str | os.PathLike) -> Target:
         """Read a target file written by ``pt2reg target --json`` (or by hand).
 
         >>> Target.load("inference-box.json").device_type          # doctest: +SKIP

@@ -10,26 +10,29 @@ otherwise, the same line the CLI prints).
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
+from ..access.webhook_targets import TargetPolicy
 from ..blobs import open_blob_store
 from ..config import Settings
 from ..constants import VERSION
 from ..store import open_metadata_store
-from ..access.webhook_targets import TargetPolicy
+from .audit_head import load_key as load_server_key
+from .audit_head import router as audit_head_router
 from .client_events import EventGuard
 from .errors import install_error_handlers
-from .limits import LimitsMiddleware, ServerLimits
-from .routes import router
 from .governance import router as governance_router
+from .limits import LimitsMiddleware, ServerLimits
 from .oci import router as oci_router
-from .audit_head import load_key as load_server_key, router as audit_head_router
-from .webhooks import Background, router as webhooks_router
+from .routes import router
 from .state import ServerState
 from .web import install as install_web
+from .webhooks import Background
+from .webhooks import router as webhooks_router
 
 __all__ = ["create_app", "create_app_from_env", "ENV_PUBLIC_URL"]
 

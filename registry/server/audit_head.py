@@ -80,8 +80,8 @@ def load_key(home: Path, explicit: str | None = None) -> ServerKey:
 def _recall(key: ServerKey) -> None:
     """Load the newest head this key signed from ``key.head_file`` (ignored unless its
     signature verifies under this very key)."""
-    from ..store.records import SignedAuditHead
     from ..store.audit_chain import parse_ts
+    from ..store.records import SignedAuditHead
 
     if key.head_file is None:
         return

@@ -16,7 +16,7 @@ a path parameter. Names, refs and digests are validated before any query runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -29,7 +29,7 @@ from ..remote.wire import FEATURES_HEADER, client_features
 from .limits import parse_json_body
 
 __all__ = ["Permission", "Call", "PERMISSION_ATTR", "public", "authenticated", "on_model",
-           "on_scope", "on_blobs", "permission_of", "SESSION_COOKIE", "on_page", "page_scope",
+           "on_scope", "on_blobs", "SESSION_COOKIE", "on_page", "page_scope",
            "page_authenticated"]
 
 PERMISSION_ATTR = "__registry_permission__"
@@ -92,11 +92,6 @@ class Call:
         """The keyword arguments every audited store write takes: identity from the token
         (never the client's claim), host as the client claims it."""
         return {"actor": self.who.owner, "host": self.host(), "audit_details": self.audit_details()}
-
-
-def permission_of(dependency: Callable[..., Any]) -> Permission | None:
-    """The permission a route dependency declares (None: not one of ours)."""
-    return getattr(dependency, PERMISSION_ATTR, None)
 
 
 def public() -> Any:

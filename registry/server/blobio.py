@@ -11,7 +11,8 @@ from __future__ import annotations
 import io
 import logging
 import re
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.from_thread

@@ -25,7 +25,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from fastapi import Request
 
@@ -71,7 +72,7 @@ class EventGuard:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "EventGuard":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EventGuard:
         env = os.environ if environ is None else environ
         try:
             rate = float(env.get(ENV_EVENT_RATE, 5))

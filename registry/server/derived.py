@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..digests import digest_of_bytes
 from ..errors import IntegrityError, ManifestError
@@ -108,7 +109,7 @@ def _quoted(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
-_MANIFESTS: "OrderedDict[str, Manifest]" = OrderedDict()
+_MANIFESTS: OrderedDict[str, Manifest] = OrderedDict()
 _MANIFESTS_KEPT = 256
 _MANIFESTS_LOCK = threading.Lock()
 

@@ -20,9 +20,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .. import errors as registry_errors
-from ..errors import (AccessDeniedError, ConflictError, DatabaseOutdatedError, IncompatibleError,
-                      InputValidationError, IntegrityError, NotAuthenticatedError, NotFoundError,
-                      RegistryError, StoreError, UsageError)
+from ..errors import (
+    AccessDeniedError,
+    ConflictError,
+    DatabaseOutdatedError,
+    IncompatibleError,
+    InputValidationError,
+    IntegrityError,
+    NotAuthenticatedError,
+    NotFoundError,
+    RegistryError,
+    StoreError,
+    UsageError,
+)
 
 __all__ = ["error_body", "status_of", "install_error_handlers", "log"]
 
@@ -118,7 +128,7 @@ def install_error_handlers(app: FastAPI, *, hide: tuple[str, ...] = ()) -> None:
                                                what="route", hint="see /v1/openapi.json")
         else:
             err = UsageError(f"{request.method} {request.url.path}: {exc.detail}")
-            setattr(err, "status", exc.status_code)
+            err.status = exc.status_code
         return JSONResponse(error_body(err), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 

@@ -8,8 +8,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import UsageError
 

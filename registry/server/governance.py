@@ -8,7 +8,8 @@ move (``registry.store.governance``): these routes only carry them.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, Request
 

@@ -93,8 +93,8 @@ class PackChecks:
 
 @dataclass
 class ServerState:
-    meta: "SqlMetadataStore"
-    blobs: "BlobStore"
+    meta: SqlMetadataStore
+    blobs: BlobStore
     limits: ServerLimits
     public_url: str | None = None
     counters: Counters = field(default_factory=Counters)

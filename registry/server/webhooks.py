@@ -41,11 +41,11 @@ from fastapi import APIRouter, Request
 
 from ..access import server_key
 from ..access.scopes import ADMIN
+from ..access.webhook_targets import TargetPolicy, TargetRefused, check_new_target, pin
 from ..errors import UsageError
 from ..remote.wire import encode
 from ..store import outbox
 from ..store.engine import run_transaction
-from ..access.webhook_targets import TargetPolicy, TargetRefused, check_new_target, pin
 from . import fields
 from .audit_head import ServerKey, sign_newest
 from .auth import Call, on_scope
@@ -79,7 +79,7 @@ def signature_header(secret: bytes, message_id: str, timestamp: int, body: bytes
     >>> signature_header(b"k" * 24, "msg_1", 1700000000, b"{}")[:3]
     'v1,'
     """
-    signed = f"{message_id}.{timestamp}.".encode("utf-8") + body
+    signed = f"{message_id}.{timestamp}.".encode() + body
     return "v1," + base64.b64encode(hmac.new(secret, signed, hashlib.sha256).digest()).decode("ascii")
 
 
@@ -286,7 +286,7 @@ class _Lane:
                 if not claimed:
                     return
                 if owner.stopping.is_set():  # hand it back: another replica (or the next start) sends it
-                    run_transaction(owner.engine, lambda s: outbox.release(s, [claimed[0][0]], owner.replica),
+                    run_transaction(owner.engine, lambda s: outbox.release(s, [claimed[0][0]], owner.replica),  # noqa: B023
                                     write=True)
                     return
                 owner._deliver(self.client, *claimed[0])

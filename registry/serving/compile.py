@@ -18,9 +18,10 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, RegistryError, UsageError
 from ..pt2.verdicts import verdicts_dir
@@ -82,7 +83,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
     """Compile ``ref``'s portable programs (``programs``: some of them) for ``device`` on this
     machine, check the golden samples on the new variants and publish ``name`` (default: the
     same model) N+1 with ``--parent ref``. Nothing is published when a sample fails (exit 1)."""
-    from ..bundler import aoti_target, aoti_variant_id, add_variants
+    from ..bundler import add_variants, aoti_target, aoti_variant_id
     from ..runtime import torchrt
     from ..runtime.loader import load_bundle
     from ..runtime.probe import probe

@@ -20,9 +20,10 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
@@ -31,7 +32,7 @@ from ..refs import Ref
 
 if TYPE_CHECKING:
     from ..client.api import Registry
-    from ..sources import MaterializedBundle
+    from ..client.sources import MaterializedBundle
     from ..runtime.target import Target
 
 __all__ = ["LAYOUTS", "parse_uri", "materialize_uri", "write_layout", "MaterializeResult"]
@@ -117,7 +118,7 @@ def materialize_uri(registry: Registry, ref: str, dest: str | os.PathLike, *, la
                     target: Target | None = None, model_name: str | None = None,
                     max_batch_size: int = 0) -> MaterializeResult:
     """Fetch ``ref`` from ``registry`` (verified), check it, and write ``layout`` into ``dest``."""
-    from ..sources import open_source
+    from ..client.sources import open_source
 
     dest = Path(dest)
     _check_dest(dest, layout)

@@ -16,16 +16,17 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, IncompatibleError, UnsafeArchiveError, UsageError
 from ..format.manifest import Dim, ProgramSpec, TensorSpec, Variant
 
 if TYPE_CHECKING:
+    from ..client.sources import MaterializedBundle
     from ..runtime.target import Target
-    from ..sources import MaterializedBundle
 
 __all__ = ["TRITON_DTYPES", "TritonModel", "plan_models", "triton_config", "export_triton", "write_repository",
            "cc_key", "check_model_name"]

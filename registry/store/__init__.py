@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .engine import make_engine
     from .migrate import current_revision, ensure_schema, head_revision, upgrade
-    from .records import (AliasRecord, AuditEvent, LineageEdge, LineageNode, ModelRecord,
-                          PendingPush, SignatureRecord, VersionRecord)
+    from .records import (
+        AliasRecord,
+        AuditEvent,
+        LineageEdge,
+        LineageNode,
+        ModelRecord,
+        PendingPush,
+        SignatureRecord,
+        VersionRecord,
+    )
     from .sql import SqlMetadataStore
 
 #: every name below loads its module on first use: ``registry.store.records`` (plain dataclasses,

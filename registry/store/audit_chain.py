@@ -16,8 +16,9 @@ Timestamps are part of the hashed content, so they have one canonical text form
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from ..digests import canonical_json, sha256_bytes
 from ..format.times import iso_utc

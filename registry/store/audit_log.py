@@ -9,19 +9,30 @@ records, because it is written in the same transaction.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from . import outbox
-from .engine import AUDIT_LOCK_KEY, advisory_lock
-from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
 from ..digests import digest_of_bytes
 from ..errors import ManifestError, UsageError
-from .orm import (AliasRow, AuditEventRow, LineageRow, ModelRow, TokenRow, VersionBlobRow,
-                  VersionPackRow, VersionRow, json_text, now_text)
+from . import outbox
+from .audit_chain import GENESIS_HASH, ChainVerdict, format_ts, seal, verify_chain, version_fields_hash
+from .engine import AUDIT_LOCK_KEY, advisory_lock
+from .orm import (
+    AliasRow,
+    AuditEventRow,
+    LineageRow,
+    ModelRow,
+    TokenRow,
+    VersionBlobRow,
+    VersionPackRow,
+    VersionRow,
+    json_text,
+    now_text,
+)
 
 __all__ = ["ALIAS_ACTIONS", "TOKEN_ACTIONS", "append_event", "merge_details", "alias_at", "verify", "reconcile",
            "stored_fields"]

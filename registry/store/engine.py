@@ -18,11 +18,24 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, String, any_, bindparam, create_engine, event, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    String,
+    any_,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    select,
+    text,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
@@ -141,7 +154,7 @@ class _Kept:
     users: int = 0
 
 
-_KEPT: "OrderedDict[str, _Kept]" = OrderedDict()
+_KEPT: OrderedDict[str, _Kept] = OrderedDict()
 _KEPT_LOCK = threading.Lock()
 
 

@@ -10,7 +10,8 @@ and the version's attestations per label.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -21,8 +22,7 @@ from ..errors import NotFoundError, PolicyError, SignatureError
 from ..format.signing import key_id_of, public_key_from_pem, valid_signer
 from .audit_chain import parse_ts
 from .audit_log import append_event
-from .orm import (AliasPolicyRow, AliasRow, AttestationRow, ModelRow, SignatureRow, VersionRow,
-                  json_text, now_text)
+from .orm import AliasPolicyRow, AliasRow, AttestationRow, ModelRow, SignatureRow, VersionRow, json_text, now_text
 from .records import AttestationRecord
 
 __all__ = ["to_policy", "enforce_move", "enforce_remove", "set_policy", "remove_policy",

@@ -7,7 +7,7 @@ down finds versions with a parent edge to the current digests. Used by
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session

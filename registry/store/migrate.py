@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.resources
 from pathlib import Path
-
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, inspect, text
@@ -54,7 +53,7 @@ def script_location() -> Path:
     return root
 
 
-def _config(connection: Connection | None = None) -> "Config":
+def _config(connection: Connection | None = None) -> Config:
     from alembic.config import Config
 
     config = Config()
@@ -65,7 +64,7 @@ def _config(connection: Connection | None = None) -> "Config":
     return config
 
 
-def _script() -> "ScriptDirectory":
+def _script() -> ScriptDirectory:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(_config())

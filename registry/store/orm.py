@@ -17,15 +17,24 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, MetaData,
-                        String, Text, UniqueConstraint)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from .audit_chain import format_ts, parse_ts
 from ..digests import canonical_json
 from ..errors import UsageError
-from .records import (AuditEvent, LineageEdge, PendingPush, SignatureRecord, TokenRecord,
-                      VersionRecord)
+from .audit_chain import format_ts, parse_ts
+from .records import AuditEvent, LineageEdge, PendingPush, SignatureRecord, TokenRecord, VersionRecord
 
 __all__ = [
     "NAMING", "Base", "ModelRow", "VersionRow", "VersionBlobRow", "VersionPackRow", "AliasRow", "SignatureRow",

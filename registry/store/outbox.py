@@ -11,8 +11,9 @@ holds locked), deliver them and :func:`record_attempt`. Each webhook's rows are 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -20,8 +21,7 @@ from sqlalchemy.orm import Session
 from ..access.scopes import glob_matches, validate_glob
 from ..errors import NotFoundError, UsageError
 from .audit_chain import format_ts, parse_ts
-from .orm import (AuditEventRow, AuditHeadRow, WebhookAttemptRow, WebhookDeliveryRow, WebhookRow,
-                  json_text, now_text)
+from .orm import AuditEventRow, AuditHeadRow, WebhookAttemptRow, WebhookDeliveryRow, WebhookRow, json_text, now_text
 from .records import SignedAuditHead, WebhookAttempt, WebhookDelivery, WebhookRecord
 
 __all__ = ["EVENT_TYPES", "ACTION_EVENTS", "enqueue", "add_webhook", "list_webhooks", "remove_webhook",

@@ -12,8 +12,9 @@ same thing on every replica. Creation and revocation append ``token.create`` /
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -23,7 +24,7 @@ from ..errors import NotAuthenticatedError, NotFoundError, UsageError
 from .audit_chain import format_ts, parse_ts
 from .audit_log import append_event
 from .engine import in_batches
-from .orm import TokenRow, VersionBlobRow, VersionRow, ModelRow, json_text, now_text
+from .orm import ModelRow, TokenRow, VersionBlobRow, VersionRow, json_text, now_text
 
 __all__ = ["TOUCH_INTERVAL", "create", "revoke", "check", "touch", "blob_models",
            "create_details"]

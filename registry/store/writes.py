@@ -6,20 +6,31 @@ retried transaction never re-validates and a bad argument never touches the data
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from . import governance
-from .audit_chain import version_fields_hash
 from ..access.scopes import Identity
 from ..errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from ..format.packs import PackIndex
 from ..refs import Ref, validate_digest
+from . import governance
+from .audit_chain import version_fields_hash
 from .audit_log import append_event
-from .orm import (LINEAGE_KINDS, AliasRow, LineageRow, ModelRow, SignatureRow, VersionBlobRow, VersionPackRow,
-                  VersionRow, json_text, now_text)
+from .orm import (
+    LINEAGE_KINDS,
+    AliasRow,
+    LineageRow,
+    ModelRow,
+    SignatureRow,
+    VersionBlobRow,
+    VersionPackRow,
+    VersionRow,
+    json_text,
+    now_text,
+)
 from .records import LineageEdge, SignatureRecord
 
 __all__ = ["lineage_input", "blobs_input", "signatures_input", "lock_model_for_publish",

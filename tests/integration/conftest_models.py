@@ -247,9 +247,9 @@ def _build_pickled(out: Path) -> Built:
     save_exported_program(ep, pt2)
     # a pickled tensor (what torch writes for a tensor subclass weight): harmless here, but only
     # --trust-pickle may load it
-    from tests.hostile import read_json_member, rewrite_pt2
-
     import torch
+
+    from tests.hostile import read_json_member, rewrite_pt2
 
     cfg = read_json_member(pt2, "data/weights/model_weights_config.json")
     fqn, first = next(iter(cfg["config"].items()))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 from sqlalchemy import text

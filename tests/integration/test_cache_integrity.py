@@ -73,8 +73,8 @@ def test_damaged_cache_entries_are_fetched_again_never_loaded(reg_env, bundles, 
 
 
 def test_damaged_cache_under_a_bundle_file_is_rewritten_from_the_file(bundles, tmp_path):
+    from registry.client.sources import BlobCache
     from registry.runtime.loader import load
-    from registry.sources import BlobCache
 
     good = bundles["v2"]
     src = BundleFile.open(good)

@@ -18,12 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from registry.errors import UnsafeArchiveError
 from registry.format.bundle import BundleFile
 from registry.format.zipsafe import read_canonical_entries
-from registry.errors import UnsafeArchiveError
 from tests.cli_inprocess import push_unchecked, refused
-from tests.hostile import (bundle_with_raw_member, canonical_pt2_bytes, evil_pickle,
-                           pt2_with_pickled_constant, pt2_with_sympy_payload, read_json_member, rewrite_pt2)
+from tests.hostile import (
+    bundle_with_raw_member,
+    canonical_pt2_bytes,
+    evil_pickle,
+    pt2_with_pickled_constant,
+    pt2_with_sympy_payload,
+    read_json_member,
+    rewrite_pt2,
+)
 
 MEMBER = "programs/decoder.pt2"
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from registry.format.bundle import BundleFile
-from registry.format.zipwrite import DeterministicZipWriter
 from registry.constants import MANIFEST_MEMBER
 from registry.digests import canonical_json
+from registry.format.bundle import BundleFile
+from registry.format.zipwrite import DeterministicZipWriter
 
 
 @pytest.fixture(scope="module")

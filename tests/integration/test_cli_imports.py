@@ -28,8 +28,9 @@ FORBIDDEN = ("torch", "numpy", "registry.runtime", "registry.serving", "registry
              "alembic", "sqlalchemy.dialects.postgresql", "psycopg", "cryptography", "nacl")
 #: list and show read rows: no bundle format, no blob store, no manifest validation
 FORBIDDEN_FOR_READS = FORBIDDEN + ("jsonschema", "registry.format.bundle", "registry.format.manifest",
-                                   "registry.blobs", "registry.sources", "registry.client.push",
-                                   "registry.client.pull", "registry.client.transfer")
+                                   "registry.blobs", "registry.client.sources", "registry.client.push",
+                                   "registry.client.pull", "registry.client.upload",
+                                   "registry.client.fetch")
 
 #: the child: record every module imported, at exit, after the command ran as `pt2reg` runs it
 CHILD = """

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from registry.format.bundle import BundleFile  # noqa: E402
 from registry.runtime.target import Target  # noqa: E402
-from tests.cli_inprocess import invoker, one_error_line
+from tests.cli_inprocess import invoker, one_error_line  # noqa: E402
 from tests.integration.conftest_models import baked_source_line, run_cli_subprocess  # noqa: E402
 
 OP = "pt2reg_mylib::scale_add"

@@ -1,5 +1,5 @@
 """A cold ``registry.load`` deserializes the graph while the raw weights are still being fetched
-(``client.transfer.fetch_members_deferred``), and is exactly as safe as a load that waited:
+(``client.fetch.fetch_members_deferred``), and is exactly as safe as a load that waited:
 torch reads no byte that is not verified, a chunk that does not match fails the load and
 leaves nothing in the cache, a load that fails first stops the fetch, and the pull is audited
 only once every chunk matched."""
@@ -211,7 +211,7 @@ def test_a_record_torch_would_read_makes_the_load_wait_for_it(home, weighty, mon
     """A record that cannot be viewed in place (here: every one) is copied by torch, which
     would read unverified bytes: the load waits for every chunk and deserializes again."""
     path, x, expected = weighty
-    monkeypatch.setattr(torchrt, "_mapped_file_map", lambda *a, **k: None)
+    monkeypatch.setattr(torchrt.mapping, "_mapped_file_map", lambda *a, **k: None)
     calls = _spy_loads(monkeypatch)
     loaded = registry.load("t/m@1")
     assert len(calls) == 2 and calls[0] and calls[1] == frozenset()

@@ -53,8 +53,8 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(files, tmp_path_factory):
+    from registry.client.sources import materialize_file
     from registry.runtime.loader import load_bundle
-    from registry.sources import materialize_file
 
     return load_bundle(materialize_file(files["bundle"], tmp_path_factory.mktemp("cache")), device="cpu")
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from registry.errors import UsageError
 from registry.format.dim_names import name_dims, parse_dim_option
 from registry.format.manifest import Dim, ProgramSpec, TensorSpec
-from registry.errors import UsageError
 from tests.cli_inprocess import refused
 
 
@@ -82,7 +82,7 @@ def test_without_program_when_the_bundle_has_one(pt2reg, pt2_dir, tmp_path):
 # ------------------------------------------------------------------- the carry-over rule, pure
 
 def _prog(*inputs: list, ranges: dict, outputs: tuple[dict, ...] = ()) -> ProgramSpec:
-    shape = lambda dims: [d if isinstance(d, int) else {"expr": d, "min": ranges[d][0], "max": ranges[d][1]}
+    shape = lambda dims: [d if isinstance(d, int) else {"expr": d, "min": ranges[d][0], "max": ranges[d][1]}  # noqa: E731
                           for d in dims]
     return ProgramSpec.from_json("p", {
         "variants": [], "inputs": [{"name": f"x{i}", "dtype": "float32", "shape": shape(dims)}

@@ -48,7 +48,7 @@ def test_out_of_range_inputs_refused_before_loading(pt2reg, translator, tmp_path
 def test_precheck_passes_what_the_call_accepts(translator, pt2_dir, tmp_path):
     import torch
 
-    from registry.sources import materialize_file
+    from registry.client.sources import materialize_file
 
     src = materialize_file(translator, tmp_path / "cache")
     loader_mod.precheck_inputs(src.manifest.programs["encoder"], torch.load(pt2_dir / "encoder_inputs.pt"))

@@ -10,7 +10,8 @@ which request is refused never depends on how fast this machine is.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest

@@ -22,7 +22,7 @@ import pytest
 
 from registry.access.policy import attestation_digest, attestation_statement
 from registry.errors import PolicyError, SignatureError, UsageError
-from registry.format.signing import load_private_key, generate_keypair, public_pem_of, sign_digest
+from registry.format.signing import generate_keypair, load_private_key, public_pem_of, sign_digest
 from registry.store import open_metadata_store
 from registry.store.outbox import validate_webhook_url
 from tests.until import HANG_GUARD_S, wait_until
@@ -321,7 +321,7 @@ def test_rewrite_with_its_heads_deleted_is_caught_through_the_server_even_after_
                 change()
                 newest = store.audit_hashes()[0][0]
                 seqs.append(newest)
-                wait_until(lambda: any(h.seq == newest for h in store.audit_heads()), f"event {newest} signed")
+                wait_until(lambda: any(h.seq == newest for h in store.audit_heads()), f"event {newest} signed")  # noqa: B023
             _ok(run_cli("audit", "--verify", "--server-key", str(pub), env=remote))
             edited = seqs[1]  # eve's pull
             recompute_chain_after_editing(store.engine, edited, {"via": "cli", "note": "routine"})

@@ -6,9 +6,15 @@ too"); here every command ends with 5 and the marker file is never created.
 """
 import pytest
 
-from tests.hostile import (bundle_with_raw_member, evil_pickle, pt2_with_dangling_output, rewrite_pt2,
-                           pt2_with_node_target, pt2_with_pickled_constant, pt2_with_sympy_payload)
-
+from tests.hostile import (
+    bundle_with_raw_member,
+    evil_pickle,
+    pt2_with_dangling_output,
+    pt2_with_node_target,
+    pt2_with_pickled_constant,
+    pt2_with_sympy_payload,
+    rewrite_pt2,
+)
 
 
 def _craft(kind, pt2_dir, tmp_path, marker):
@@ -58,9 +64,9 @@ def test_bundler_refuses_to_deserialize_crafted_pt2(pt2_dir, tmp_path, marker, k
 @pytest.mark.parametrize("kind", KINDS)
 def test_crafted_bundle_is_refused_before_torch_sees_it(pt2_dir, bundles, tmp_path, marker, kind):
     from registry.bundler import ProgramInput, build_bundle
+    from registry.client.sources import materialize_file
     from registry.errors import UnsafeArchiveError
     from registry.runtime.loader import load_bundle, verify_bundle
-    from registry.sources import materialize_file
 
     evil, needle = _craft(kind, pt2_dir, tmp_path, marker)
     if kind in STRUCTURAL:  # refused even without samples: nothing of it is bundled

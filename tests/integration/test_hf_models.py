@@ -92,7 +92,7 @@ def test_inspect_uses_field_paths_and_names(model: str, hf_bundles: dict[str, Pa
     human = pt2reg("inspect", hf_bundles[model])
     assert human.exit_code == 0
     text = " ".join(human.stdout.split())
-    for prog, (cls, fields) in expected.items():
+    for prog, (cls, fields) in expected.items():  # noqa: B007
         assert f"out['{fields[0]}']" in text and cls in text
 
 
@@ -116,7 +116,7 @@ def test_pushed_pulled_by_digest_and_run_without_transformers(hf_bundles: dict[s
         chain = chain or model_chain
     report = run_without_transformers(hf_home, cases, chain=chain)
     assert report["transformers_imported"] is False
-    for (ref, _), (name, _, expected) in zip(cases, MODELS.values()):
+    for (ref, _), (name, _, expected) in zip(cases, MODELS.values()):  # noqa: B007
         for prog, (cls, fields) in expected.items():
             got = report["refs"][ref][prog]
             assert got["type"] == cls and got["fields"] == fields and got["attributes_ok"], got
@@ -174,9 +174,9 @@ _DC_SPEC = json.dumps([1, {"type": "mylib.outputs.DC", "context": "[[\"a\"], [\"
 def test_unstandable_class_is_exit_4_naming_the_module() -> None:
     from types import SimpleNamespace
 
-    from registry.runtime.compat import pytree_class_rule
     from registry.format.manifest import ProgramSpec
     from registry.pt2.treespec import leaf_paths, pytree_classes
+    from registry.runtime.compat import pytree_class_rule
 
     assert pytree_classes(_NT_SPEC) == [{"type": "mylib.outputs.Pair", "fields": None, "style": None}]
     assert pytree_classes(_OPAQUE_SPEC)[0]["fields"] is None

@@ -14,11 +14,10 @@ import shutil
 import socket
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-
-from typing import Iterator
 
 import pytest
 

@@ -73,7 +73,7 @@ def home(tmp_path: Path, split_bundle, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Paths hashed in place, one per chunk."""
-    import registry.client.transfer as transfer
+    import registry.client.fetch as transfer
 
     seen: list[str] = []
     real = transfer.hash_in_place

@@ -5,11 +5,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from registry.client.sources import materialize_file  # noqa: E402
 from registry.errors import IncompatibleError, InputValidationError, NotFoundError, UnsafeArchiveError  # noqa: E402
 from registry.runtime.loader import LoadedBundle, load, load_bundle, verify_bundle  # noqa: E402
-from registry.sources import materialize_file  # noqa: E402
-from registry.runtime.target import Target  # noqa: E402
 from registry.runtime.probe import probe  # noqa: E402
+from registry.runtime.target import Target  # noqa: E402
 from tests.integration.conftest_models import baked_source_line  # noqa: E402
 
 
@@ -151,8 +151,8 @@ def test_custom_op_bundle_is_refused_without_its_op(custom_op, open_bundle):
 
 
 def test_a_blocked_program_does_not_block_the_others(custom_op, encdec, open_bundle, tmp_path):
-    from registry.format.bundle import BundleFile
     from registry.bundler import ProgramInput, build_bundle
+    from registry.format.bundle import BundleFile
 
     with_op = BundleFile.open(custom_op.path).extract_member("programs/model.pt2", tmp_path / "with_op.pt2")
     plain = BundleFile.open(encdec.path).extract_member("programs/encoder.pt2", tmp_path / "encoder.pt2")

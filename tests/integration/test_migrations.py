@@ -16,8 +16,7 @@ from sqlalchemy import inspect, text
 from registry.errors import DatabaseOutdatedError, StoreError
 from registry.store import migrate
 from registry.store.engine import make_engine
-from registry.store.migrate import (current_revision, ensure_schema, head_revision, heads,
-                                    script_location, upgrade)
+from registry.store.migrate import current_revision, ensure_schema, head_revision, heads, script_location, upgrade
 from registry.store.orm import Base
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,10 +18,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import pytest

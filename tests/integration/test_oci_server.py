@@ -3,8 +3,8 @@
 only those of models the caller may pull; the actor is the token's, never the client's claim."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -180,9 +180,11 @@ def test_a_pack_cut_short_in_the_store_is_mended_by_pushing_again(reg_env, tiny,
 def test_an_old_style_version_is_reused_as_blobs_not_packed_again(reg_env, tiny, tmp_path, monkeypatch):
     """A version pushed before packs stored its small chunks as blobs: a later push reuses those
     blobs (direct stores know them) and both versions pull back."""
-    import registry.client.transfer as transfer
+    import registry.client.fetch as fetch
+    import registry.client.upload as upload
 
-    monkeypatch.setattr(transfer, "PACK_BELOW", 1)     # the old layout: every chunk a blob
+    for module in (upload, fetch):
+        monkeypatch.setattr(module, "PACK_BELOW", 1)     # the old layout: every chunk a blob
     _ok(reg_env.cli("push", tiny["base"], "--name", "tiny", "--json"))
     assert not _packs(reg_env, "tiny@1")
     monkeypatch.undo()
@@ -214,7 +216,7 @@ def test_the_server_refuses_a_false_pack_index(server_env, tiny, monkeypatch):
     import httpx
 
     import registry.client.push as push
-    from registry.client.transfer import NewPack
+    from registry.client.upload import NewPack
     from registry.format.packs import Pack, PackEntry, PackIndex
 
     real = push.plan_upload
@@ -341,14 +343,14 @@ def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_t
     import hashlib
 
     import registry.blobs.local as local
-    import registry.client.transfer as transfer
+    import registry.client.upload as upload
     from registry.client import Registry
     from registry.format.bundle import BundleFile
     from registry.format.packs import PACK_BELOW
     from registry.store import SqlMetadataStore
 
     checked: list[str] = []
-    for module in (local, transfer):
+    for module in (local, upload):
         real = module.hash_parts
 
         def counting(path, fd, parts, *args, _real=real, **kwargs):
@@ -403,7 +405,7 @@ def test_the_large_chunks_sent_early_are_exactly_those_the_plan_stores_whole(loc
     import registry.client.push as push
     from registry.blobs.local import LocalBlobStore
     from registry.client import Registry
-    from registry.client.transfer import bundle_parts, plan_upload
+    from registry.client.upload import bundle_parts, plan_upload
     from registry.format.bundle import BundleFile
     from registry.format.packs import PACK_BELOW
     from registry.store import open_metadata_store

@@ -5,8 +5,7 @@ every test ends by proving the marker does not exist.
 """
 import pytest
 
-from tests.hostile import (bundle_with_raw_member, pt2_with_evil_sample_inputs,
-                           pt2_with_pickled_weight)
+from tests.hostile import bundle_with_raw_member, pt2_with_evil_sample_inputs, pt2_with_pickled_weight
 
 
 # what is unpickled depends on the bundle, not on where it is stored: the local store suffices

@@ -16,8 +16,10 @@ import pytest
 
 from registry.errors import UnsafeArchiveError
 from tests.cli_inprocess import push_unchecked, refused
-from tests.hostile import (bundle_with_raw_member, graph_of as _g, node_of as _node, read_json_member, rewrite_pt2,
-                           set_kwargs_key, sym_srepr as _sym)
+from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2, set_kwargs_key
+from tests.hostile import graph_of as _g
+from tests.hostile import node_of as _node
+from tests.hostile import sym_srepr as _sym
 
 MEMBER = "programs/decoder.pt2"
 VICTIM_BYTES = b"the user's precious data\n" * 4
@@ -102,7 +104,6 @@ def _craft(pt2_dir: Path, tmp_path: Path, variant: str, marker: Path, victim: Pa
 def test_hostile_graph_is_refused_at_every_door(pt2reg, pt2_dir, bundles, tmp_path, marker, victim, monkeypatch,
                                                  variant):
     import registry
-
     import registry.runtime.torchrt as torchrt
 
     _, words = VARIANTS[variant]
@@ -144,9 +145,9 @@ def test_guards_are_enforced_without_torch_executing_them(pt2_dir, tmp_path, mon
     """A legitimate guard still refuses inputs the program was never valid for (exit 4), and
     torch never compiles guard code: its guard function builder is not called at all."""
     import torch
+    import torch.export._unlift as unlift
 
     import registry
-    import torch.export._unlift as unlift
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import InputValidationError
 

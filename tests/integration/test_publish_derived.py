@@ -10,8 +10,9 @@ version recorded otherwise (by an older server, or by a direct writer) fails ``a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text

@@ -12,8 +12,9 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,7 @@ class _Server:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="pt2reg-test-server", daemon=True)
 
-    def __enter__(self) -> "_Server":
+    def __enter__(self) -> _Server:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

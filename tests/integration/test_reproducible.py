@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.format.bundle import BundleFile
 from registry.bundler import ProgramInput, build_bundle
+from registry.format.bundle import BundleFile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,12 +6,12 @@ and the CLI's exit codes for the server's 4xx answers."""
 from __future__ import annotations
 
 import json
-
 import re
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -55,8 +55,8 @@ def test_python_api_signing(tmp_path, bundles):
     from registry.client import Registry
     from registry.config import Settings
     from registry.errors import SignatureError
-    from registry.runtime.loader import load
     from registry.format.signing import generate_keypair
+    from registry.runtime.loader import load
 
     key, pub = generate_keypair(tmp_path / "k")
     reg = Registry(Settings.resolve(home=str(tmp_path / "home")))

@@ -88,7 +88,6 @@ def test_a_statement_for_another_version_is_refused(home, bundles, keys, tmp_pat
     _push(pt2reg, bundles["v2"], "team/m", "--sign", keys["release"])
     from registry.client import Registry
     from registry.config import Settings
-
     from registry.errors import ConflictError
 
     with Registry(Settings.resolve()) as reg:

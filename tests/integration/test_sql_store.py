@@ -12,8 +12,7 @@ from sqlalchemy import text
 
 from registry.errors import ConflictError, NotFoundError, StoreError, UsageError
 from registry.refs import Ref
-from registry.store import (LineageEdge, SignatureRecord, SqlMetadataStore, make_engine,
-                            open_metadata_store)
+from registry.store import LineageEdge, SignatureRecord, SqlMetadataStore, make_engine, open_metadata_store
 from tests.until import HANG_GUARD_S
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]

@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from registry.format.bundle import BundleFile
 from registry.cli import cli
 from registry.client import Registry
 from registry.config import Settings
+from registry.format.bundle import BundleFile
 from registry.store.engine import WRITE_OPTION
 
 HOSTILE = {
@@ -184,15 +184,15 @@ class _Skewed(datetime):
 def skew(monkeypatch):
     """Set the client's clock ``offset`` away from the truth (every registry module that reads
     ``datetime.now``; the store used to stamp rows and events with it)."""
-    import registry.store.audit_chain
     import registry.client.gc
     import registry.client.provenance
-    import registry.sources
+    import registry.client.sources
+    import registry.store.audit_chain
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client.gc, registry.client.provenance, registry.sources, registry.store.orm,
+        for mod in (registry.client.gc, registry.client.provenance, registry.client.sources, registry.store.orm,
                     registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 

@@ -22,15 +22,15 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from registry.format.bundle import BundleFile
 from registry.blobs.s3 import S3BlobStore
+from registry.format.bundle import BundleFile
 from tests.cli_inprocess import Completed
 from tests.fixtures_pt2 import ROOT, run_cli
 from tests.fixtures_registry import RegistryEnv
@@ -90,7 +90,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 

@@ -15,14 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from registry.runtime import sandbox as sandbox_mod  # noqa: E402
-from registry.format.bundle import BundleFile  # noqa: E402
-from registry.errors import SignatureError, UnsafeArchiveError, UsageError  # noqa: E402
-from registry.runtime.loader import load  # noqa: E402
-from registry.format.signing import generate_keypair  # noqa: E402
-from registry.sources import materialize_file  # noqa: E402
+from registry.client.sources import materialize_file  # noqa: E402
 from registry.client.trust import glob_match, load_policy  # noqa: E402
-from tests.cli_inprocess import invoker, one_error_line
+from registry.errors import SignatureError, UnsafeArchiveError, UsageError  # noqa: E402
+from registry.format.bundle import BundleFile  # noqa: E402
+from registry.format.signing import generate_keypair  # noqa: E402
+from registry.runtime import sandbox as sandbox_mod  # noqa: E402
+from registry.runtime.loader import load  # noqa: E402
+from tests.cli_inprocess import invoker, one_error_line  # noqa: E402
 from tests.fixtures_pt2 import cli_process  # noqa: E402
 from tests.hostile import bundle_with_raw_member, read_json_member, rewrite_pt2  # noqa: E402
 

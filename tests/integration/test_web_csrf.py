@@ -8,7 +8,8 @@ is the origin that counts (``registry.server.web.origin``).
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest

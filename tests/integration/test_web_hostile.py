@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

@@ -244,7 +244,7 @@ def test_outbox_rows_commit_with_the_change_only(tmp_path, monkeypatch):
     store = open_metadata_store(db, auto_create=db.startswith("sqlite"))
     try:
         _publish(store, 1, ["prod"])
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017
             store.set_alias("team/m", "prod", 99, actor="ana", host="h")  # no version 99: rolled back
         with store.engine.connect() as conn:
             rows = conn.execute(text("SELECT event_type, audit_seq FROM webhook_deliveries")).all()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from registry.bundler import _weights_in_blobs
 from registry.format.chunking import plan_chunks
-from registry.parallel import Segment, hash_ranges
 from registry.format.zipsafe import read_entries
+from registry.parallel import Segment, hash_ranges
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> Path:

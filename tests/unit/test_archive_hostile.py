@@ -2,7 +2,6 @@
 exit 5 and one clear line; a fuzzer only ever sees the project's own errors."""
 import io
 import json
-
 import stat
 import struct
 import time
@@ -11,11 +10,12 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from registry.format.bundle import BundleFile, write_bundle
 from registry.digests import canonical_json, sha256_bytes
 from registry.errors import IntegrityError, RegistryError, UnsafeArchiveError
+from registry.format.bundle import BundleFile, write_bundle
 from registry.format.manifest import Manifest
 from tests.unit.test_manifest import minimal
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from registry.store import audit_anchor
 from registry.errors import IntegrityError
+from registry.store import audit_anchor
 
 H = "ab" * 32
 

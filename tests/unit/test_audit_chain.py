@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.store.audit_chain import (GENESIS_HASH, event_content, event_hash, format_ts, parse_ts,
-                                  seal, verify_chain)
+from registry.store.audit_chain import GENESIS_HASH, event_content, event_hash, format_ts, parse_ts, seal, verify_chain
 
 T0 = datetime(2026, 11, 22, 2, 3, 4, 123456, tzinfo=timezone.utc)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from registry.client.sources import AuditSpool
 from registry.errors import NotFoundError, UsageError
-from registry.sources import AuditSpool
 
 
 def _spool(tmp_path, n: int) -> AuditSpool:

@@ -7,7 +7,7 @@ import hashlib
 import io
 import os
 
-from registry.sources import BlobCache
+from registry.client.sources import BlobCache
 
 
 def test_a_stamp_from_another_boot_is_rehashed_once(tmp_path, monkeypatch):
@@ -18,7 +18,7 @@ def test_a_stamp_from_another_boot_is_rehashed_once(tmp_path, monkeypatch):
     checked = []
     monkeypatch.setattr(cache, "verify", lambda d: checked.append(d) or True)
     assert cache.usable(digest) and checked == []          # same boot: the stamp is enough
-    monkeypatch.setattr("registry.sources._BOOT_ID", "a-later-boot")
+    monkeypatch.setattr("registry.client.sources._BOOT_ID", "a-later-boot")
     assert cache.usable(digest) and checked == [digest]    # after a reboot: re-hashed
     assert cache.usable(digest) and checked == [digest]    # and stamped again
 
@@ -37,5 +37,5 @@ def test_bytes_lost_in_a_crash_are_evicted_after_the_reboot(tmp_path, monkeypatc
     stamp.write_text(stamp.read_text().replace(str(st.st_ctime_ns), str(os.stat(path).st_ctime_ns))
                      .replace(str(st.st_mtime_ns), str(os.stat(path).st_mtime_ns)))
     assert cache.usable(digest)                            # this boot: the stamp is believed
-    monkeypatch.setattr("registry.sources._BOOT_ID", "a-later-boot")
+    monkeypatch.setattr("registry.client.sources._BOOT_ID", "a-later-boot")
     assert not cache.usable(digest) and not path.exists()  # next boot: re-hashed, evicted

@@ -11,7 +11,7 @@ from botocore.config import Config
 
 from registry.blobs.s3 import S3BlobStore
 from registry.errors import IntegrityError, NotFoundError, StoreError
-from tests.unit.test_blobs_local import MiB, BlobStoreContract, blob, relpath
+from tests.unit.test_blobs_local import BlobStoreContract, MiB, blob, relpath
 
 SMALL_PARTS = {"multipart_threshold": 5 * MiB, "multipart_chunksize": 5 * MiB}  # S3's minimum part
 

@@ -82,9 +82,9 @@ def test_weights_shared_between_programs_are_stored_once(finetune_pair, tmp_path
 def test_tampered_chunk_list_is_refused(finetune_pair, tmp_path):
     import copy
 
-    from registry.format.bundle import BundleFile, write_bundle
     from registry.bundler import ProgramInput, build_bundle
     from registry.errors import IntegrityError
+    from registry.format.bundle import BundleFile, write_bundle
     from registry.format.manifest import Manifest
 
     good = build_bundle(tmp_path / "g.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")])
@@ -116,7 +116,7 @@ def test_a_bundle_is_made_durable_while_it_is_copied(finetune_pair, tmp_path, mo
     from registry import parallel
     from registry.bundler import ProgramInput, build_bundle
 
-    monkeypatch.setattr(parallel, "FLUSH_BYTES", 64 * 1024)
+    monkeypatch.setattr(parallel.writeback, "FLUSH_BYTES", 64 * 1024)
     flushed, real = [], os.fdatasync
 
     def fdatasync(fd):
@@ -125,7 +125,7 @@ def test_a_bundle_is_made_durable_while_it_is_copied(finetune_pair, tmp_path, mo
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     out = build_bundle(tmp_path / "b.pt2b", [ProgramInput("m", finetune_pair / "base.pt2")]).path
-    assert out.stat().st_size > 20 * parallel.FLUSH_BYTES
+    assert out.stat().st_size > 20 * parallel.writeback.FLUSH_BYTES
     assert flushed and all(os.path.dirname(p) == str(tmp_path) and p != str(out) for p in flushed)
 
     def eio(fd):

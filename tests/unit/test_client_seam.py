@@ -9,10 +9,10 @@ import json
 import pytest
 
 from registry.client import BlobStore, MetadataStore, Registry
+from registry.client.sources import MaterializedBundle, open_source, parse_source
 from registry.config import Settings
 from registry.errors import IncompatibleError, NotFoundError, UnsafeArchiveError, UsageError
 from registry.runtime.compat import CompatReport, Finding
-from registry.sources import MaterializedBundle, open_source, parse_source
 from registry.store import SqlMetadataStore
 from tests.cli_inprocess import invoker
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from registry.runtime.compat import RULES, CompatReport, Finding, check, choose_variant
 from registry.format.manifest import Manifest
+from registry.runtime.compat import RULES, CompatReport, Finding, check, choose_variant
 from registry.runtime.target import OpInfo, Target
 
 ROOT = Path(__file__).resolve().parents[2]

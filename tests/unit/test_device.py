@@ -154,9 +154,10 @@ def test_target_reads_the_isa_from_cpu_flags_without_compiling(monkeypatch):
 ])
 def test_the_widest_isa_whose_features_the_cpu_has(monkeypatch, features, expected):
     from registry.runtime import torchrt
+    from registry.runtime.torchrt import devices
 
-    monkeypatch.setattr(torchrt.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(torchrt, "_x86_features", lambda: features)
+    monkeypatch.setattr(devices.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(devices, "_x86_features", lambda: features)
     assert torchrt.cpu_isa() == expected
 
 
@@ -172,4 +173,4 @@ def test_the_default_device_is_decided_in_one_place(monkeypatch):
     # the CLI and the API have no default of their own
     texts = {p: p.read_text("utf-8") for p in (ROOT / "registry").rglob("*.py")}
     deciders = [str(p.relative_to(ROOT)) for p, t in texts.items() if "cuda_available()" in t]
-    assert sorted(deciders) == ["registry/runtime/probe.py", "registry/runtime/torchrt.py"]
+    assert sorted(deciders) == ["registry/runtime/probe.py", "registry/runtime/torchrt/devices.py"]

@@ -1,5 +1,6 @@
-from hypothesis import given, settings, strategies as st
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.pt2.exprs import INF, ExprError, parse_srepr
 

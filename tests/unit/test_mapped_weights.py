@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from registry.runtime import torchrt
+from registry.runtime.torchrt import mapping
 
 
 class Mixed(torch.nn.Module):
@@ -109,14 +110,14 @@ def test_a_mapped_load_in_one_thread_leaves_another_threads_load_copying(program
     other.write_bytes(program.read_bytes())
     loaded: dict[str, object] = {}
     started, release = threading.Event(), threading.Event()
-    real = torchrt._mapped_file_map
+    real = mapping._mapped_file_map
 
     def slow_mapped(*args: object) -> object:  # hold the first load inside its mapped section
         started.set()
         release.wait(30)
         return real(*args)
 
-    torchrt._mapped_file_map = slow_mapped  # type: ignore[assignment]
+    mapping._mapped_file_map = slow_mapped  # type: ignore[assignment]
     try:
         t = threading.Thread(target=lambda: loaded.update(a=torchrt.load_exported_program(program, map_weights=True)))
         t.start()
@@ -125,7 +126,7 @@ def test_a_mapped_load_in_one_thread_leaves_another_threads_load_copying(program
         release.set()
         t.join(30)
     finally:
-        torchrt._mapped_file_map = real  # type: ignore[assignment]
+        mapping._mapped_file_map = real  # type: ignore[assignment]
     assert not _mapped(other)
     a, b = loaded["a"], loaded["b"]
     assert torch.equal(a.state_dict["proj.bias"], b.state_dict["proj.bias"])  # type: ignore[attr-defined]
@@ -137,10 +138,10 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
 
     program = canonical  # as bundles hold it: mapped on every torch (2.10/2.11 readers lack record sizes)
     storage = torch.UntypedStorage.from_file(str(program), shared=False, nbytes=program.stat().st_size)
-    torchrt._MAPPING.path = str(program)  # where a reader without record sizes finds them
+    mapping._MAPPING.path = str(program)  # where a reader without record sizes finds them
     with package.PT2ArchiveReader(str(program)) as reader:
         config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
-        assert torchrt._mapped_file_map(reader, config, "data/weights", storage)  # as found: mapped
+        assert mapping._mapped_file_map(reader, config, "data/weights", storage)  # as found: mapped
 
         class Shifted:  # the same archive, every record said to start `by` bytes later
             def __init__(self, by: int) -> None:
@@ -154,8 +155,8 @@ def test_a_record_that_cannot_be_viewed_in_place_leaves_all_of_them_to_torchs_co
 
         for by in (1, program.stat().st_size):
             shifted = type("Reader", (), {"archive_file": Shifted(by)})()
-            assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
-    del torchrt._MAPPING.path
+            assert mapping._mapped_file_map(shifted, config, "data/weights", storage) is None
+    del mapping._MAPPING.path
 
 
 class _OlderReader:
@@ -181,26 +182,26 @@ def test_without_get_record_size_sizes_come_from_the_central_directory(canonical
     with package.PT2ArchiveReader(str(canonical)) as reader:
         config = package._load_payload_config(reader, "data/weights/model_weights_config.json")
         older = type("Reader", (), {"archive_file": _OlderReader(reader.archive_file, "get_record_size")})()
-        torchrt._MAPPING.path = None  # no file to read the directory from
-        assert torchrt._mapped_file_map(older, config, "data/weights", storage) is None
-        torchrt._MAPPING.path = str(canonical)  # (torch 2.11's own reader needs it too)
+        mapping._MAPPING.path = None  # no file to read the directory from
+        assert mapping._mapped_file_map(older, config, "data/weights", storage) is None
+        mapping._MAPPING.path = str(canonical)  # (torch 2.11's own reader needs it too)
         try:
-            expected = torchrt._mapped_file_map(reader, config, "data/weights", storage)
-            got = torchrt._mapped_file_map(older, config, "data/weights", storage)
+            expected = mapping._mapped_file_map(reader, config, "data/weights", storage)
+            got = mapping._mapped_file_map(older, config, "data/weights", storage)
             assert got is not None and got.keys() == expected.keys()
             for name, tensor in expected.items():
                 assert torch.equal(got[name], tensor) and got[name].data_ptr() == tensor.data_ptr(), name
             no_offsets = type("Reader", (), {"archive_file": _OlderReader(reader.archive_file, "get_record_offset")})()
-            assert torchrt._mapped_file_map(no_offsets, config, "data/weights", storage) is None
+            assert mapping._mapped_file_map(no_offsets, config, "data/weights", storage) is None
 
             class Shifted(_OlderReader):  # torch places the records elsewhere than the directory
                 def get_record_offset(self, record: str) -> int:
                     return self.inner.get_record_offset(record) + 64  # still aligned, inside the file
 
             shifted = type("Reader", (), {"archive_file": Shifted(reader.archive_file, "get_record_size")})()
-            assert torchrt._mapped_file_map(shifted, config, "data/weights", storage) is None
+            assert mapping._mapped_file_map(shifted, config, "data/weights", storage) is None
         finally:
-            torchrt._MAPPING.path = None
+            mapping._MAPPING.path = None
 
 
 def test_a_mapped_load_through_a_reader_without_record_sizes(canonical: Path, program: Path,
@@ -248,18 +249,18 @@ def test_records_not_verified_yet_are_mapped_never_read(canonical: Path) -> None
         assert torch.equal(mapped.state_dict[name], value), name
     with pytest.raises(torchrt.WeightsNotVerified):
         torchrt.load_exported_program(program, unverified=records)
-    real = torchrt._mapped_file_map
-    torchrt._mapped_file_map = lambda *a, **k: None  # type: ignore[assignment]
+    real = mapping._mapped_file_map
+    mapping._mapped_file_map = lambda *a, **k: None  # type: ignore[assignment]
     try:
         with pytest.raises(torchrt.WeightsNotVerified):
             torchrt.load_exported_program(program, map_weights=True, unverified=records)
         # a program whose unverified records are all mapped is unaffected by the copy's check
         torchrt.load_exported_program(program, map_weights=True)
     finally:
-        torchrt._mapped_file_map = real  # type: ignore[assignment]
+        mapping._mapped_file_map = real  # type: ignore[assignment]
     # every other read of a record goes through read_bytes: refused there too, in this thread only
     one = sorted(records)[0]
-    with open(program, "rb") as f, torchrt._weights_mapped(f, frozenset({one})):
+    with open(program, "rb") as f, mapping._weights_mapped(f, frozenset({one})):
         with package.PT2ArchiveReader(str(program)) as reader:
             with pytest.raises(torchrt.WeightsNotVerified):
                 reader.read_bytes(one)

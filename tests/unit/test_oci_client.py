@@ -14,8 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.errors import (AccessDeniedError, IntegrityError, NotAuthenticatedError, NotFoundError, StoreError,
-                             UsageError)
+from registry.errors import (
+    AccessDeniedError,
+    IntegrityError,
+    NotAuthenticatedError,
+    NotFoundError,
+    StoreError,
+    UsageError,
+)
 from registry.oci.auth import Credential, find_credential, parse_challenges
 from registry.oci.client import OciClient
 from registry.oci.reference import OciReference

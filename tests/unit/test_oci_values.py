@@ -7,8 +7,18 @@ import pytest
 
 from registry.digests import canonical_json, digest_of_bytes
 from registry.errors import IntegrityError, UsageError
-from registry.oci.modelpack import (BUNDLE_MEDIA, MODEL_ARTIFACT, MODEL_CONFIG, ROLE, ROLE_BUNDLE, ArtifactLayout,
-                                    BundleLayer, Descriptor, build_manifest, precision_of)
+from registry.oci.modelpack import (
+    BUNDLE_MEDIA,
+    MODEL_ARTIFACT,
+    MODEL_CONFIG,
+    ROLE,
+    ROLE_BUNDLE,
+    ArtifactLayout,
+    BundleLayer,
+    Descriptor,
+    build_manifest,
+    precision_of,
+)
 from registry.oci.reference import OciReference, is_loopback
 
 HEX = "a" * 64

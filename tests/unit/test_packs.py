@@ -266,7 +266,7 @@ def _random_run(rng, count: int = 60, back_to_back: bool = False):
         return (5 if rng.random() < 0.07 else 0) if back_to_back else rng.choice(choices)
 
     pack, chunks = bytearray(), []
-    for tag in range(count):
+    for tag in range(count):  # noqa: B007
         pack += rng.randbytes(gap([0, 0, 0, 5, 4000]))         # a gap (another member's chunk)
         size = rng.choice([1, 17, 700, 9000, 65_535])
         at = len(pack)
@@ -306,7 +306,7 @@ def test_a_run_in_pieces_of_any_size_writes_each_chunk_once_in_place(tmp_path, s
     finally:
         os.close(fd)
     out = path.read_bytes()
-    for hex_, at, n, dest, _tag in run.chunks:
+    for hex_, at, n, dest, _tag in run.chunks:  # noqa: B007
         assert out[dest:dest + n] == pack[at:at + n]
     assert sorted(done) == list(range(len(run.chunks)))
     assert sum(seen) == sum(c[2] for c in run.chunks)
@@ -394,7 +394,7 @@ def test_a_server_older_than_packs_means_no_packs(tmp_path):
     chunk as a blob of its own (an older server refuses pack digests at publish)."""
     from types import SimpleNamespace
 
-    from registry.client.transfer import plan_upload
+    from registry.client.upload import plan_upload
     from registry.format.manifest import Member
     from registry.remote.meta import HttpMetadataStore
 

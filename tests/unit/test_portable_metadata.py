@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from registry.atomic import USER_FILE, atomic_write, current_umask
 from registry.errors import ManifestError
-from registry.format.manifest import BakedDevice, baked_device_groups
-from registry.format.manifest import Manifest
+from registry.format.manifest import BakedDevice, Manifest, baked_device_groups
 from registry.pt2.normalize import _scrub_paths, portable_source_path, portable_stack_trace
 from registry.pt2.safety import _metadata_value
 from registry.runtime.target import Target, is_torch_namespace

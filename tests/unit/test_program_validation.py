@@ -14,7 +14,10 @@ import pytest
 
 from registry.pt2.guards import GuardError, GuardFailure, check_guards, compile_guards, parse_guard
 from registry.pt2.safety import unsafe_in_graph
-from tests.hostile import graph_of as _g, node_of as _node, read_json_member, set_kwargs_key, sym_srepr as _sym
+from tests.hostile import graph_of as _g
+from tests.hostile import node_of as _node
+from tests.hostile import read_json_member, set_kwargs_key
+from tests.hostile import sym_srepr as _sym
 
 PAYLOAD = "__import__('os').system('touch /tmp/PWNED')"
 
@@ -75,7 +78,7 @@ def test_anything_outside_torchs_schema_is_refused(models, attack):
 def test_schema_walk_of_a_real_graph_is_fast(models):
     big = copy.deepcopy(models["encoder"])
     nodes = _g(big)["nodes"]
-    for i in range(40):  # ~ a few thousand nodes' worth of JSON
+    for _i in range(40):  # ~ a few thousand nodes' worth of JSON
         nodes.extend(copy.deepcopy(nodes[:50]))
     start = time.perf_counter()
     assert unsafe_in_graph(big) is None

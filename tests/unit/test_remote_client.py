@@ -17,10 +17,16 @@ import pytest
 from registry import errors
 from registry.blobs.base import Part
 from registry.config import Settings
-from registry.errors import (AccessDeniedError, IntegrityError, NotAuthenticatedError, NotFoundError, StoreError,
-                             UsageError)
+from registry.errors import (
+    AccessDeniedError,
+    IntegrityError,
+    NotAuthenticatedError,
+    NotFoundError,
+    StoreError,
+    UsageError,
+)
 from registry.remote.blobs import HttpBlobStore
-from registry.remote.credentials import load_logins, remove_login, resolve_token, save_login
+from registry.remote.credentials import load_logins, remove_login, save_login, token_and_source
 from registry.remote.http import ATTEMPTS, HttpClient, error_from_body
 from registry.remote.meta import HttpMetadataStore
 from tests.cli_inprocess import run_in_process
@@ -28,6 +34,12 @@ from tests.cli_inprocess import run_in_process
 BASE = "http://registry.test:8710"
 TOKEN = "pt2r_" + "s" * 43
 BUCKET = "https://bucket.s3.test"
+
+
+def resolve_token(settings: Settings) -> str | None:
+    """The token for ``settings.url`` (was ``registry.remote.credentials.resolve_token``, used by
+    no caller in the package): ``token_and_source`` without its source."""
+    return token_and_source(settings)[0]
 
 
 def digest_of(data: bytes) -> str:

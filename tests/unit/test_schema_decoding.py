@@ -21,6 +21,7 @@ from torch._export.serde.union import _Union, _UnionTag
 
 from registry.runtime import torchrt
 from registry.runtime.schema_decoding import SchemaDecoder
+from registry.runtime.torchrt import decoding
 
 
 def torch_decode(cls: Any, data: Any) -> Any:
@@ -58,7 +59,7 @@ def deep(value: Any) -> Any:
 def decoders() -> dict[str, SchemaDecoder]:
     """The decoder as the registry's loads use it (unions built by the adapter), and with each
     union built by its ``create``."""
-    return {"adapter": SchemaDecoder(vars(schema), _Union, torchrt._union_constructor(_Union, _UnionTag)),
+    return {"adapter": SchemaDecoder(vars(schema), _Union, decoding._union_constructor(_Union, _UnionTag)),
             "create": SchemaDecoder(vars(schema), _Union)}
 
 
@@ -82,12 +83,12 @@ def test_unions_the_adapter_cannot_build_as_create_does_go_through_create(monkey
 
     @dataclass(repr=False, eq=False)
     class Checked(Tagged):
-        as_int: Optional[int] = None
+        as_int: int | None = None
 
         def __post_init__(self) -> None:
             calls.append("post_init")
 
-    build = torchrt._union_constructor(_Union, _UnionTag)
+    build = decoding._union_constructor(_Union, _UnionTag)
     assert deep(build(Checked)("as_int", 3)) == deep(Checked.create(as_int=3)) and calls == ["post_init"] * 2
     fast = build(Value)
     assert deep(fast("as_int", 4)) == deep(Value.create(as_int=4))
@@ -96,10 +97,10 @@ def test_unions_the_adapter_cannot_build_as_create_does_go_through_create(monkey
     with pytest.raises(TypeError) as ours:
         fast("nope", 1)
     assert str(ours.value) == str(theirs.value)
-    monkeypatch.setattr(torchrt, "UNION_PORTS", frozenset())
+    monkeypatch.setattr(decoding, "UNION_PORTS", frozenset())
     created: list[Any] = []
     monkeypatch.setattr(Value, "create", classmethod(lambda cls, **kw: created.append(kw) or _Union.create.__func__(cls, **kw)))
-    assert deep(torchrt._union_constructor(_Union, _UnionTag)(Value)("as_int", 5)) == deep(_Union.create.__func__(Value, as_int=5))
+    assert deep(decoding._union_constructor(_Union, _UnionTag)(Value)("as_int", 5)) == deep(_Union.create.__func__(Value, as_int=5))
     assert created == [{"as_int": 5}]
 
 
@@ -112,8 +113,8 @@ class Tagged(_Union):
 
 @dataclass(repr=False, eq=False)
 class Value(Tagged):
-    as_int: Optional[int] = None
-    as_floats: Optional[list[float]] = None
+    as_int: int | None = None
+    as_floats: list[float] | None = None
     as_node: Optional["Node"] = None
 
     def __repr__(self) -> str:
@@ -129,7 +130,7 @@ class Node:
     weight: float
     children: list["Node"] = field(default_factory=list)
     attrs: dict[str, "Value"] = field(default_factory=dict)
-    note: Annotated[Optional[str], "doc"] = None
+    note: Annotated[str | None, "doc"] = None
 
 
 NAMESPACE = {"Node": Node, "Value": Value}
@@ -214,8 +215,8 @@ def test_threads_planning_at_once_get_the_same_objects(pt2_dir: Path):
 def test_this_torch_is_the_one_ported():
     """If this fails after a torch upgrade, read torch's new ``_dict_to_dataclass`` and
     ``_resolve_schema_cls``, bring ``SchemaDecoder`` in line, and add the new digest to
-    ``torchrt.DECODER_PORTS`` (until then loads are only slower: torch's function decodes)."""
-    assert torchrt._install_schema_decoder()
+    ``decoding.DECODER_PORTS`` (until then loads are only slower: torch's function decodes)."""
+    assert decoding._install_schema_decoder()
     assert serialize._dict_to_dataclass is package._dict_to_dataclass
     assert hasattr(serialize._dict_to_dataclass, "torch_original")
 
@@ -224,8 +225,8 @@ def test_this_torchs_tagged_unions_are_built_directly():
     """The union fast path is on for this torch (every supported torch runs this test: the
     second-torch tier too). If it fails after a torch upgrade, read torch's new
     ``_Union.create``/``__post_init__``/``_UnionTag.create``, bring ``_union_constructor`` in
-    line and add the digest to ``torchrt.UNION_PORTS``."""
-    assert torchrt._source_digest(_Union.create, _Union.__post_init__, _UnionTag.create) in torchrt.UNION_PORTS
+    line and add the digest to ``decoding.UNION_PORTS``."""
+    assert decoding._source_digest(_Union.create, _Union.__post_init__, _UnionTag.create) in decoding.UNION_PORTS
 
 
 def test_the_ported_digest_ignores_annotations_docstrings_and_comments_only():
@@ -233,13 +234,13 @@ def test_the_ported_digest_ignores_annotations_docstrings_and_comments_only():
     dressed = ('def f(a: int, b: "int" = 3) -> str:\n    """Doc."""\n    # why\n    y: int = a + b  # sum\n'
                '    z: str\n    return str(y)\n')
     changed = "def f(a, b=3):\n    y = a - b\n    return str(y)\n"
-    assert torchrt._behaviour(base) == torchrt._behaviour(dressed) != torchrt._behaviour(changed)
+    assert decoding._behaviour(base) == decoding._behaviour(dressed) != decoding._behaviour(changed)
     indented = "    def g(self, x: int) -> int:\n        return x\n"
-    assert torchrt._behaviour(indented) == "def g(self, x):\n    return x"
+    assert decoding._behaviour(indented) == "def g(self, x):\n    return x"
 
 
 def test_only_the_registrys_loads_use_it(pt2_dir: Path, monkeypatch: pytest.MonkeyPatch):
-    assert torchrt._install_schema_decoder()
+    assert decoding._install_schema_decoder()
     calls: list[Any] = []
     planned = SchemaDecoder.decode
 
@@ -260,11 +261,11 @@ def test_only_the_registrys_loads_use_it(pt2_dir: Path, monkeypatch: pytest.Monk
 
 def test_another_torch_keeps_its_own(monkeypatch: pytest.MonkeyPatch):
     """A torch whose decoder source is not the one ported is left as it is."""
-    torchrt._install_schema_decoder()
+    decoding._install_schema_decoder()
     original = serialize._dict_to_dataclass.torch_original
     monkeypatch.setattr(serialize, "_dict_to_dataclass", original)
     monkeypatch.setattr(package, "_dict_to_dataclass", original)
-    monkeypatch.setattr(torchrt, "_decoder_installed", None)
-    monkeypatch.setattr(torchrt, "DECODER_PORTS", frozenset({"0" * 64}))
-    assert torchrt._install_schema_decoder() is False
+    monkeypatch.setattr(decoding, "_decoder_installed", None)
+    monkeypatch.setattr(decoding, "DECODER_PORTS", frozenset({"0" * 64}))
+    assert decoding._install_schema_decoder() is False
     assert serialize._dict_to_dataclass is original and package._dict_to_dataclass is original

@@ -10,8 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.access import (ACTIONS, Identity, glob_matches, hash_secret, looks_like_token,
-                             new_secret, parse_expiry, parse_scope, validate_owner)
+from registry.access import (
+    ACTIONS,
+    Identity,
+    glob_matches,
+    hash_secret,
+    looks_like_token,
+    new_secret,
+    parse_expiry,
+    parse_scope,
+    validate_owner,
+)
 from registry.errors import AccessDeniedError, NotAuthenticatedError, UsageError
 from registry.refs import validate_name
 

@@ -2,15 +2,22 @@
 point (``registry.server.auth``), and the wire protocol's table is what is mounted."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.routing import APIRoute
 
 from registry.config import Settings
 from registry.server import create_app
-from registry.server.auth import Call, Permission, on_model, permission_of
+from registry.server.auth import PERMISSION_ATTR, Call, Permission, on_model
+
+
+def permission_of(dependency: Any) -> Permission | None:
+    """The permission a route dependency declares (None: not one of ours); was
+    ``registry.server.auth.permission_of``, used by no route."""
+    return getattr(dependency, PERMISSION_ATTR, None)
 
 
 def _walk(routes: list[Any]) -> Iterator[Any]:

@@ -6,8 +6,9 @@ import hashlib
 import logging
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest

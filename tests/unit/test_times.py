@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
+from registry.format.times import iso_utc
 from registry.remote.wire import format_datetime, parse_datetime
 from registry.store.audit_chain import format_ts, parse_ts
-from registry.format.times import iso_utc
 
 aware = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1),
                      timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=5, minutes=30)),

@@ -1,5 +1,5 @@
 """Concurrent blob transfers: ``run_parallel``, the parallel hashing engine (``registry.parallel``),
-and the push/pull flows of ``registry.client.transfer`` (a member is its chunks: each one checked
+and the push/pull flows of ``registry.client.upload`` and ``registry.client.fetch`` (a member is its chunks: each one checked
 on its own, on every core; no whole-member hash)."""
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import pytest
 
 from registry.blobs import LocalBlobStore
 from registry.blobs.base import Part, run_parallel
-from registry.format.packs import PackIndex
+from registry.client.fetch import assemble_member
+from registry.client.upload import plan_upload, upload_plan
 from registry.errors import IntegrityError
-from registry.client.transfer import assemble_member, plan_upload, upload_plan
 from registry.format.manifest import Member
+from registry.format.packs import PackIndex
 from registry.parallel import BUFFER, Job, Segment, crc32_combine, hash_copy, hash_ranges
 
 
@@ -408,7 +409,7 @@ def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(t
     """A second Ctrl-C can make the caller stop waiting for the pool and close the file; a
     fetch still running writes into that file (the pool's own duplicate of the descriptor,
     closed after its last thread), never into another file that got the same number."""
-    from registry.client.transfer import _fetch_into
+    from registry.client.fetch import _fetch_into
     from registry.format.manifest import Member
 
     entered, gate = threading.Event(), threading.Event()
@@ -511,7 +512,7 @@ def test_the_python_crc32_combine_matches_zlib():
     """The stand-in used where libz cannot be loaded with ctypes."""
     import zlib
 
-    from registry.parallel import _combine_py
+    from registry.parallel.crc import _combine_py
 
     for n in (0, 1, 7, 8, 4096, 77_777):
         a, b = os.urandom(13), os.urandom(n)
@@ -523,7 +524,7 @@ def test_libz_crc32_combine_is_loaded_by_its_soname_and_matches_zlib():
     """Loaded on first use without ``find_library`` (which runs ``ldconfig`` in a child process)."""
     import zlib
 
-    from registry.parallel import _load_combine
+    from registry.parallel.crc import _load_combine
 
     combine = _load_combine()
     assert combine is not None
@@ -532,7 +533,7 @@ def test_libz_crc32_combine_is_loaded_by_its_soname_and_matches_zlib():
         if n == len(b):
             assert combine(zlib.crc32(a), zlib.crc32(b), n) == zlib.crc32(a + b), n
         else:  # a length beyond 32 bits (crc32_combine64): agrees with the Python port
-            from registry.parallel import _combine_py
+            from registry.parallel.crc import _combine_py
 
             assert combine(zlib.crc32(a), 0x1234567, n) == _combine_py(zlib.crc32(a), 0x1234567, n)
 
@@ -614,7 +615,7 @@ def test_member_reads_places_every_chunk_as_the_rule_says():
     import random
 
     from registry.blobs.packed import RUN_BYTES, PackedPart
-    from registry.client.transfer import member_parts, member_reads
+    from registry.client.fetch import member_parts, member_reads
     from registry.format.packs import Pack, PackEntry, PackIndex
 
     rng = random.Random(11)

@@ -19,8 +19,7 @@ from registry.config import Settings  # noqa: E402
 from registry.digests import hex_of  # noqa: E402
 from registry.errors import IntegrityError, NotFoundError  # noqa: E402
 from registry.format.bundle import BundleFile  # noqa: E402
-from registry.pt2.verdicts import (VERDICTS_DIR, read_verdict, verdicts_dir, vetting_code,  # noqa: E402
-                                   write_verdict)
+from registry.pt2.verdicts import VERDICTS_DIR, read_verdict, verdicts_dir, vetting_code, write_verdict  # noqa: E402
 from tests.cli_inprocess import refused  # noqa: E402
 
 
@@ -152,9 +151,9 @@ def test_a_program_altered_after_bundling_is_refused_at_push_despite_its_verdict
 
 
 def test_the_first_load_on_the_bundling_machine_reuses_the_bundlers_verdict(pt2, tmp_path, monkeypatch):
+    from registry.client.sources import materialize_file
     from registry.runtime.loader import load_bundle
     from registry.runtime.sandbox import SandboxConfig
-    from registry.sources import materialize_file
 
     cache = tmp_path / "cache"
     out = tmp_path / "m.pt2b"

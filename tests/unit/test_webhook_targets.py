@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from registry.errors import UsageError
 from registry.access.webhook_targets import TargetPolicy, TargetRefused, address_kind, check_new_target, pin
+from registry.errors import UsageError
 
 
 def _dns(*addresses: str):

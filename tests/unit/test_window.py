@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from registry.errors import IncompatibleError
-from registry.pt2.window import (FLOOR, RELEASES, program_window, release_for_schema, schema_of_release)
+from registry.pt2.window import FLOOR, RELEASES, program_window, release_for_schema, schema_of_release
 
 ROOT = Path(__file__).resolve().parents[2]
 

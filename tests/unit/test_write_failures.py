@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from registry.format.bundle import write_bundle
 from registry.blobs.base import atomic_download
 from registry.cli._core import os_error_line
+from registry.format.bundle import write_bundle
 from registry.format.manifest import Manifest
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from registry import parallel
 from registry.parallel import Segment, hash_copy
+from registry.parallel import ranges as ranges_mod
+from registry.parallel import writeback as writeback_mod
 from tests.until import HANG_GUARD_S, wait_until
 
 
@@ -25,7 +27,7 @@ def _open_fds(path) -> int:
     return n
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or parallel._sync_file_range is None,
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or writeback_mod._sync_file_range is None,
                     reason="Linux only: sync_file_range and /proc/self/fd")
 def test_a_stuck_disk_never_blocks_the_caller_and_descriptors_stay_bounded(tmp_path, monkeypatch):
     release, calls, returned = threading.Event(), [], []
@@ -39,8 +41,8 @@ def test_a_stuck_disk_never_blocks_the_caller_and_descriptors_stay_bounded(tmp_p
         returned.append(offset)
         return 0
 
-    monkeypatch.setattr(parallel, "_sync_file_range", stuck)
-    wb = parallel._Writeback()
+    monkeypatch.setattr(writeback_mod, "_sync_file_range", stuck)
+    wb = writeback_mod._Writeback()
     with open(path, "wb") as f:
         before = _open_fds(path)
         for i in range(100):
@@ -49,15 +51,15 @@ def test_a_stuck_disk_never_blocks_the_caller_and_descriptors_stay_bounded(tmp_p
         # the first request (a submit that waited would wait until release, which comes below)
         assert returned == [] and not release.is_set()
         # one request held by the blocked thread, at most WRITEBACK_QUEUE waiting: the rest dropped
-        assert _open_fds(path) - before <= parallel.WRITEBACK_QUEUE + 1
+        assert _open_fds(path) - before <= writeback_mod.WRITEBACK_QUEUE + 1
         release.set()
         wait_until(lambda: _open_fds(path) == before, "every duplicated descriptor closed")
-    assert 1 <= len(calls) <= parallel.WRITEBACK_QUEUE + 1
+    assert 1 <= len(calls) <= writeback_mod.WRITEBACK_QUEUE + 1
 
 
 def test_only_copies_that_will_be_synced_send_hints(tmp_path, monkeypatch):
     sent = []
-    monkeypatch.setattr(parallel, "start_writeback", lambda fd, offset, size: sent.append((offset, size)))
+    monkeypatch.setattr(ranges_mod, "start_writeback", lambda fd, offset, size: sent.append((offset, size)))
     src = tmp_path / "src"
     src.write_bytes(os.urandom(3 * parallel.BUFFER + 5))
     n = src.stat().st_size
@@ -155,7 +157,7 @@ def test_writes_reach_the_kernel_in_pieces_of_at_most_write_piece(tmp_path, monk
         calls.append(len(data))
         return real(fd, memoryview(data)[:max(1, len(data) - 7)], offset)   # a short write each time
 
-    monkeypatch.setattr(parallel, "WRITE_PIECE", 64 * 1024)
+    monkeypatch.setattr(ranges_mod, "WRITE_PIECE", 64 * 1024)
     monkeypatch.setattr(os, "pwrite", pwrite)
     data = os.urandom(1024 * 1024 + 123)
     path = tmp_path / "f"
@@ -191,7 +193,7 @@ def test_fill_holes_without_copy_file_range_copies_in_write_pieces(tmp_path, mon
 
     monkeypatch.setattr(os, "copy_file_range", unsupported)
     monkeypatch.setattr(os, "pwrite", pwrite)
-    monkeypatch.setattr(parallel, "WRITE_PIECE", 128 * 1024)
+    monkeypatch.setattr(ranges_mod, "WRITE_PIECE", 128 * 1024)
     fill_holes(dest, [FileRange(dest, 0, 4), FileRange(src, 7, len(weights)), FileRange(dest, 4 + len(weights), 4)])
     assert dest.read_bytes() == b"head" + weights + b"tail"
     assert calls and max(calls) == 128 * 1024

@@ -8,8 +8,8 @@ For example (``old`` and ``new`` typed manifests)::
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ...format.manifest import Manifest, Member, ProgramSpec, Size, TensorSpec
 

@@ -4,8 +4,8 @@ arrows out. Generations run left to right: ancestors, the version, its descendan
 version's datasets, run, commit and code sit in the column before it."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 from urllib.parse import urlencode
 
 from ...store.records import LineageNode

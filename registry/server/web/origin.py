@@ -26,7 +26,7 @@ Default ports are implied (``http://h`` is ``http://h:80``); host names compare 
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 __all__ = ["own_origin", "foreign_post", "origin_of"]

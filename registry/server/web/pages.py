@@ -22,8 +22,8 @@ from ...errors import NotAuthenticatedError, RegistryError, UsageError
 from ...format.manifest import baked_device_groups
 from ...refs import Ref
 from ...runtime.compat import release_matrix
-from ..derived import manifest_of
 from ..auth import SESSION_COOKIE, Call, on_page, page_authenticated, page_scope, public
+from ..derived import manifest_of
 from ..fields import when as parse_when
 from ..routes import redacted_node
 from ..state import ServerState

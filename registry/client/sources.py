@@ -24,24 +24,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any
 
-from .format.bundle import BundleFile, FileRange, copy_member
-from .atomic import atomic_write
-from .blobs.base import blob_relpath
-from .digests import digest_of_bytes, hex_of, sha256_stream
-from .errors import IntegrityError, NotFoundError, UsageError
-from .format.packs import PackIndex
-from .format.manifest import Manifest, Member
-from .oci.reference import OciReference, looks_like_oci
-from .refs import Ref
-from .format.times import iso_utc
+from ..atomic import atomic_write
+from ..blobs.base import blob_relpath
+from ..digests import digest_of_bytes, hex_of, sha256_stream
+from ..errors import IntegrityError, NotFoundError, UsageError
+from ..format.bundle import BundleFile, FileRange, copy_member
+from ..format.manifest import Manifest, Member
+from ..format.packs import PackIndex
+from ..format.times import iso_utc
+from ..oci.reference import OciReference, looks_like_oci
+from ..refs import Ref
 
-if TYPE_CHECKING:  # the client sits above this module: only its type is named here
-    from .client import Registry
+if TYPE_CHECKING:  # the facade imports this module: only its type is named here
+    from .api import Registry
 
 __all__ = ["MaterializedBundle", "PinnedManifest", "BlobCache", "AuditSpool", "materialize_file", "looks_like_file",
            "parse_source", "open_source", "BUNDLE_SUFFIXES", "FILE_PREFIX"]
@@ -347,7 +348,7 @@ class AuditSpool:
         version is gone (NotFoundError) dropped. When ``record`` is refused otherwise (a
         server's rate limit, the database down), that event and the rest go back to the spool
         for the next contact: flushing never fails the command that triggered it."""
-        from .errors import RegistryError
+        from ..errors import RegistryError
 
         if not self.path.exists():
             return
@@ -398,7 +399,7 @@ class MaterializedBundle:
     #: key ids of trusted keys (the trust policy's, or ``--require-signature``) whose signature
     #: over this digest verified; non-empty allows AOTInductor variants and skips the sandbox.
     trusted_signers: tuple[str, ...] = ()
-    #: members still being fetched (a cold load, ``client.transfer.DeferredMembers``): their
+    #: members still being fetched (a cold load, ``client.fetch.DeferredMembers``): their
     #: files are verified except in the records ``pending.unverified`` names; see ``settled``
     pending: Any = field(default=None, compare=False)
     #: makes a member a complete, verified file in the cache on demand (``member_file``): a cold
