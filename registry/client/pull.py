@@ -176,7 +176,7 @@ def local_sources(manifest: Manifest, blobs: BlobStore, cache: BlobCache,
     pass, each chunk hashed against the manifest as it is written; None when the store's blobs
     are not local files (they are fetched: ``fill_members``)."""
     from ..blobs.packed import PackedPart
-    from .transfer import member_parts
+    from .fetch import member_parts
 
     out: dict[str, list[FileRange]] = {}
     for m in manifest.members:
