@@ -356,28 +356,19 @@ class Registry:
         """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
 
         With ``require_signature`` (public key paths), the version must carry a valid signature
-        by one of them. Both it and the trust policy are enforced before any blob is fetched
-        (exit 5 naming the model and the missing signer). Each chunk is fetched straight into its
-        place in the bundle file (``client.pull.pull_direct``), members already cached are copied
-        from the cache; the cache is not filled (``materialize`` and ``registry.load`` fill it).
+        by one of them. Both it and the trust policy are enforced by ``materialize`` before any
+        blob is fetched (exit 5 naming the model and the missing signer). The members are kept in
+        the cache (a pinned ref pulled again is served from it, without the database).
         """
-        from .pull import Located, pull_direct, rebuild_bundle
+        from .pull import Located, rebuild_bundle
 
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
-        build = self.meta.build_info(version.name, version.number)
-        if where.cached is not None:   # every member verified in the cache: copied from there
-            src = self.materialize(where, progress=progress, require_signature=require_signature)
-            return rebuild_bundle(src, version, out, build)
-
-        def enforce(src: MaterializedBundle) -> MaterializedBundle:
-            return self.enforce_trust(src, require_signature=require_signature, pinned=where.ref.is_pinned)
-
-        result = pull_direct(self.meta, self.blobs, self.cache, version, out, build=build, enforce_trust=enforce,
-                             progress=progress)
-        self._audit(result.source, str(where.ref), "pull")
-        return result
+        if where.pinned is not None:  # the database was asked after all: its number, its signatures
+            where = Located(where.ref, version=version)
+        src = self.materialize(where, progress=progress, require_signature=require_signature)
+        return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
 
     # -- OCI delivery ---------------------------------------------------------------------
     def oci_push(self, ref: str | Ref, target: str | OciReference, *, insecure: bool = False,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..store.records import VersionRecord
 
 __all__ = ["Located", "PullResult", "describe_version", "fetch_version", "fetch_pinned", "rebuild_bundle",
-           "pull_direct", "fill_members", "local_sources"]
+           "fill_members"]
 
 
 @dataclass(frozen=True)
@@ -167,70 +167,3 @@ def fill_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, index: 
             else:
                 blobs.get_parts(fd, [Part(m.digest, at, m.size)], progress=progress)
     return fill
-
-
-def local_sources(manifest: Manifest, blobs: BlobStore, cache: BlobCache,
-                  index: PackIndex | None) -> dict[str, list[FileRange]] | None:
-    """Where each member's bytes lie as local files (cached members in the cache, the others
-    chunk by chunk in a local store's blob and pack files), for ``write_bundle`` to copy in one
-    pass, each chunk hashed against the manifest as it is written; None when the store's blobs
-    are not local files (they are fetched: ``fill_members``)."""
-    from ..blobs.packed import PackedPart
-    from .fetch import member_parts
-
-    out: dict[str, list[FileRange]] = {}
-    for m in manifest.members:
-        if cache.usable_member(m):
-            out[m.path] = [FileRange(cache.member_path(m), 0, m.size)]
-            continue
-        ranges: list[FileRange] = []
-        for p in (member_parts(m, index) if m.chunks else [None]):
-            if p is None:
-                path = blobs.local_file(m.digest, m.size)
-                at, n = 0, m.size
-            elif type(p) is PackedPart:
-                path = blobs.local_file(p.pack)
-                at, n = p.pack_offset, p.size
-            else:
-                path = blobs.local_file(p.digest, p.size)
-                at, n = 0, p.size
-            if path is None:
-                return None
-            ranges.append(FileRange(Path(path), at, n))
-        out[m.path] = ranges
-    return out
-
-
-def pull_direct(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord,
-                out: str | os.PathLike[str], *, build: dict | None,
-                enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
-                progress: ProgressFn | None = None) -> PullResult:
-    """``version``'s bundle file at ``out`` (atomically): the trust policy enforced on its
-    manifest and signatures first, then every member written into its place in one pass (a
-    2 GiB pull used to write and hash every byte twice: into the cache, then into the file)."""
-    from ..blobs.base import locked_progress
-    from ..format.bundle import write_bundle_filled
-    from ..parallel import gc_held
-
-    src = describe_version(meta, version, enforce_trust=enforce_trust)
-    index = PackIndex.from_stored(version.packs_json, f"{version.name}@{version.number}")
-    with gc_held():
-        local = local_sources(src.manifest, blobs, cache, index)
-        written = False
-        if local is not None:   # a local store: copied from its files as the bundle is written (one pass)
-            try:
-                write_bundle(out, src.manifest, local, build=build, signatures=src.signatures or None,
-                             progress=progress)
-                written = True
-            except (IntegrityError, OSError):
-                # a damaged store file (its bytes, or one cut short): nothing was written; the
-                # fetch below reads each blob and pack within its bounds and names the one at fault
-                pass
-        if not written:
-            write_bundle_filled(out, src.manifest, fill_members(src.manifest, blobs, cache, index,
-                                                                locked_progress(progress)),
-                                build=build, signatures=src.signatures or None)
-    warnings = []
-    if version.status in ("yanked", "deprecated"):
-        warnings.append(f"{version.name}@{version.number} is {version.status}: {version.status_reason}")
-    return PullResult(Path(out), version, src, tuple(warnings))
