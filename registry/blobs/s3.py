@@ -52,6 +52,7 @@ from ..constants import s3_multipart_threshold
 from ..digests import VerifyingReader, sha256_bytes, sha256_stream
 from ..errors import IntegrityError, NotFoundError, RegistryError, StoreError, UsageError
 from ..parallel import run_calls
+from .packed import WORKERS as PACK_READ_WORKERS
 from .base import (BLOBS_DIR, BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, blob_relpath,
                    check_range, check_read_range, corrupt_blob_error, digest_from_relpath, locked_progress,
                    open_range, run_parallel, short_blob_error, unique_parts, verified_into)
@@ -91,6 +92,16 @@ class S3BlobStore:
     exercise the multipart path with small files); the threshold defaults to
     ``registry.constants.s3_multipart_threshold()`` (64 MiB, or ``PT2REG_S3_MULTIPART_THRESHOLD``).
     """
+
+    #: declared capabilities (``BlobStore``): network reads, no local files, presigned URLs
+    read_workers = PACK_READ_WORKERS
+    maps_in_place = False
+    writes_packs = False
+    presigns = True
+
+    def in_place(self, digest: str, size: int | None = None) -> None:
+        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
+        return None
 
     def __init__(self, url: str, *, multipart_threshold: int | None = None,
                  multipart_chunksize: int = 8 * MiB, max_concurrency: int = 4,

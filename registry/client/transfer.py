@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Sequence, Union, cast
 
 from ..atomic import atomic_write, new_temp
-from ..blobs.base import BlobStore, Part, ProgressFn, corrupt_blob_error, hash_parts, locked_progress, stretches
+from ..blobs.base import BlobStore, Part, ProgressFn, as_pack_writer, corrupt_blob_error, hash_parts, locked_progress, stretches
 from ..blobs.inplace import ALIGN as IN_PLACE_ALIGN
 from ..blobs.inplace import InPlaceFile, InPlaceSegment, NotInPlace, hash_in_place
 from ..blobs.packed import PackedPart, PackRun, get_packed, pack_runs, read_run, run_workers
@@ -137,12 +137,11 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     those); other small chunks are reused from a pack a version of model ``name`` already
     references (when the pack is still stored) or concatenated, in bundle order, into new packs
     of up to ``PACK_BYTES``. A metadata store that keeps no packs (no ``locate_chunks``, or a
-    server older than packs) gets every chunk as a blob of its own. ``parts``: the bundle's
+    server older than packs: ``locate_chunks`` answers None) gets every chunk as a blob of its own. ``parts``: the bundle's
     ``bundle_parts``, when the caller has them already."""
     large, small = parts if parts is not None else bundle_parts(bundle)
     whole = list(large)
-    locate = getattr(meta, "locate_chunks", None)
-    located = locate([p.digest for p in small], name=name) if small and locate is not None else None
+    located = meta.locate_chunks([p.digest for p in small], name=name) if small else None
     if located is None:
         return UploadPlan(whole + small, [], PackIndex(), 0)
     sizes = {p.digest: p.size for p in small}
@@ -265,9 +264,9 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
     if plan.groups:
         if tag is None or claim is None:
             raise ValueError("a plan with packs not named yet needs a tag and a claim")
-        uploaded, skipped, _named = blobs.put_packs(bundle.path, plan.whole + ranges,  # type: ignore[attr-defined]
-                                                    plan.groups, tag=tag, claim=claim, progress=progress,
-                                                    unrecorded=unrecorded)
+        uploaded, skipped, _named = as_pack_writer(blobs).put_packs(
+            bundle.path, plan.whole + ranges, plan.groups, tag=tag, claim=claim, progress=progress,
+            unrecorded=unrecorded)
     else:
         uploaded, skipped = blobs.put_parts(bundle.path, plan.whole + ranges, progress=progress,
                                             unrecorded=unrecorded)
@@ -660,9 +659,9 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
     in its file that keeps the record's alignment; and the pieces of a split record, each its
     own blob, every one but the last a whole number of pages (torch needs a record in one map:
     ``inplace.map_together`` maps them side by side). The others are copied."""
-    find = getattr(blobs, "in_place", None)
-    if find is None:
+    if not blobs.maps_in_place:
         return {}
+    find = blobs.in_place
     files: dict[str, InPlaceFile | None] = {}
 
     def segment(p: AnyPart) -> InPlaceSegment | None:

@@ -35,6 +35,7 @@ import urllib3
 from ..blobs.base import (BlobInfo, Part, ProgressFn, PwriteWriter, RangeSink, atomic_download, check_range,
                           check_read_range, locked_progress, open_range, range_error, run_parallel, short_blob_error,
                           unique_parts, verified_into)
+from ..blobs.packed import WORKERS as PACK_READ_WORKERS
 from ..digests import sha256_bytes
 from ..constants import VERSION
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
@@ -87,6 +88,16 @@ class _Cancelled(Exception):
 
 class HttpBlobStore:
     """A registry server's blobs, through ``client`` (shared with ``HttpMetadataStore``)."""
+
+    #: declared capabilities (``BlobStore``): network reads; the server presigns, not this client
+    read_workers = PACK_READ_WORKERS
+    maps_in_place = False
+    writes_packs = False
+    presigns = False
+
+    def in_place(self, digest: str, size: int | None = None) -> None:
+        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
+        return None
 
     def __init__(self, client: HttpClient, *, transfers: int = TRANSFERS) -> None:
         self.client = client

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.store_calls import publish
 from tests.fixtures_pt2 import cli_process, run_cli
 
 BACKENDS = pytest.mark.parametrize(
@@ -597,7 +598,7 @@ def test_verify_checks_versions_statuses_and_aliases_against_the_log(backend, re
 
     with open_metadata_store(url, auto_create=True) as store:
         for tag in ("a", "b"):
-            store.publish("m", digest(tag), "{}", 1, [(digest("blob" + tag), 1)], **who)
+            publish(store, "m", digest(tag), "{}", 1, [(digest("blob" + tag), 1)], **who)
         store.set_status("m", 1, "yanked", "leak", **who)  # seq 3
         assert store.verify_audit_chain().ok
 

@@ -13,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from tests.store_calls import publish
 from registry.errors import DatabaseOutdatedError, StoreError
 from registry.store import migrate
 from registry.store.engine import make_engine
@@ -127,7 +128,7 @@ def test_a_registry_with_data_at_0002_upgrades_to_head_and_its_chain_verifies(en
 
     store = SqlMetadataStore(engine)
     upgrade(engine)
-    store.publish("team/m", "sha256:" + "a" * 64, "{}", 2, [("sha256:" + "b" * 64, 2)],
+    publish(store, "team/m", "sha256:" + "a" * 64, "{}", 2, [("sha256:" + "b" * 64, 2)],
                   aliases=["prod"], actor="ana", host="h")
     with engine.begin() as conn:
         command.downgrade(migrate._config(conn), "0002_audit_version_fields")

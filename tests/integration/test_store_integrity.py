@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+from tests.store_calls import publish
 from registry.format.bundle import BundleFile
 from registry.cli import cli
 from registry.client import Registry
@@ -419,7 +420,7 @@ def test_migration_attests_versions_published_before_it(backend, request, tmp_pa
     monkeypatch.setattr(audit_log_mod.outbox, "enqueue", lambda *a, **k: 0)  # 0001 had no webhooks
     for i in range(3):
         d = "sha256:" + hashlib.sha256(b"v%d" % i).hexdigest()
-        store.publish("old", d, "{}", 1, [("sha256:" + hashlib.sha256(b"b%d" % i).hexdigest(), 1)],
+        publish(store, "old", d, "{}", 1, [("sha256:" + hashlib.sha256(b"b%d" % i).hexdigest(), 1)],
                       metadata={"i": str(i)}, lineage=[("run", f"r{i}")], **who)
     monkeypatch.undo()
     verdict = store.verify_audit_chain()

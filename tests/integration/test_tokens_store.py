@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import inspect, text
 
+from tests.store_calls import publish as store_publish
 from registry.errors import NotAuthenticatedError, NotFoundError, UsageError
 from registry.store import SqlMetadataStore
 from registry.store import tokens as token_rows
@@ -41,7 +42,7 @@ def clock_at(monkeypatch, store: SqlMetadataStore, delta: timedelta) -> datetime
 
 
 def publish(store, name: str, tag: str, blobs=None, **kwargs):
-    return store.publish(name, D(tag), json.dumps({"tag": tag}), 10,
+    return store_publish(store, name, D(tag), json.dumps({"tag": tag}), 10,
                          blobs or [(D("blob-" + tag), 10)], **{**WHO, **kwargs})[0]
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.store_calls import publish
 from registry.format.manifest import Manifest
 from registry.store.records import LineageEdge
 from tests.unit.test_manifest import minimal
@@ -51,7 +52,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     def pub(name: str, tag: str, lineage: list = (), **kw: Any) -> Any:
         text, digest = _text(tag)
-        return meta.publish(name, digest, text, 10, [(ZERO, 10)], metadata={"tag": tag, X: X}, lineage=lineage,
+        return publish(meta, name, digest, text, 10, [(ZERO, 10)], metadata={"tag": tag, X: X}, lineage=lineage,
                             build={X: X}, environment={"python": X}, **w, **kw)[0]
 
     other = pub("other/x", "o1")

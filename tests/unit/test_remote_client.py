@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from tests.store_calls import publish
 from registry import errors
 from registry.blobs.base import Part
 from registry.config import Settings
@@ -115,7 +116,7 @@ def test_503_is_retried_for_reads_but_a_publish_is_sent_once():
     assert calls == ["/v1/models"] * ATTEMPTS
     calls.clear()
     with pytest.raises(StoreError):
-        meta.publish("a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
+        publish(meta, "a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
     assert calls == ["/v1/publish"]
 
 
@@ -428,7 +429,7 @@ def test_a_publish_cut_off_is_not_sent_twice_and_says_it_may_have_happened():
         raise httpx.ReadTimeout("timed out")
 
     with pytest.raises(StoreError) as caught:
-        HttpMetadataStore(client_for(handler)).publish("a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
+        publish(HttpMetadataStore(client_for(handler)), "a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
     assert calls == ["/v1/publish"] and "may have been made" in caught.value.one_line()
 
 
