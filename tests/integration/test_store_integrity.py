@@ -187,14 +187,15 @@ def skew(monkeypatch):
     ``datetime.now``; the store used to stamp rows and events with it)."""
     import registry.store.audit_chain
     import registry.client.gc
+    import registry.store.gc
     import registry.client.provenance
     import registry.sources
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client.gc, registry.client.provenance, registry.sources, registry.store.orm,
-                    registry.store.audit_chain):
+        for mod in (registry.client.gc, registry.store.gc, registry.client.provenance, registry.sources,
+                    registry.store.orm, registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 
     yield set_offset
