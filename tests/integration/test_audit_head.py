@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import httpx
 from sqlalchemy import text
 
-from tests.store_calls import publish
+from tests.store_calls import publish as store_publish
 from registry.access.server_key import sign_head
 from registry.digests import digest_of_bytes
 from registry.format.signing import load_private_key
@@ -48,7 +48,7 @@ def publish(store: Any, name: str, n: int, aliases: Sequence[str] = ()) -> None:
     """A version whose manifest (a stand-in: no members) is stored as its only blob."""
     manifest = json.dumps({"n": n})
     digest = digest_of_bytes(manifest.encode())
-    publish(store, name, digest, manifest, len(manifest), [(digest, len(manifest))],
+    store_publish(store, name, digest, manifest, len(manifest), [(digest, len(manifest))],
                   aliases=list(aliases), actor="ana", host="h")
 
 
