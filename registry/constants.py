@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "HEARTBEAT_SECONDS",
     "ENV_HOME", "ENV_DB", "ENV_STORE", "ENV_ACTOR", "ENV_URL", "ENV_TOKEN", "DEFAULT_HOME", "CREDENTIALS_FILE",
     "BUNDLE_FORMAT", "MANIFEST_MEMBER", "BUILD_MEMBER", "SIGNATURES_MEMBER", "DEFAULT_PROGRAM",
     "UNNAMED_PROGRAM_HINT",
@@ -78,3 +79,6 @@ def s3_multipart_threshold() -> int:
         raise UsageError(f"{ENV_S3_MULTIPART_THRESHOLD}={raw!r} is not a number of bytes",
                          hint=f"unset it, or give a size in bytes such as {S3_MULTIPART_THRESHOLD}")
     return int(raw)
+
+#: how often a push refreshes its claim; gc treats a claim silent for 6 beats as dead
+HEARTBEAT_SECONDS = 10.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from ..format.signing import (
     verify_bytes,
 )
 
-__all__ = ["ENV_SIGNING_KEY", "DEFAULT_KEY_FILE", "HEAD_DOMAIN", "key_path", "load_or_create",
+__all__ = ["secret_sealer", "ENV_SIGNING_KEY", "DEFAULT_KEY_FILE", "HEAD_DOMAIN", "key_path", "load_or_create",
            "public_pem", "server_key_id", "head_message", "sign_head", "check_heads",
            "secrets_key", "encrypt_secret", "decrypt_secret", "parse_webhook_secret"]
 
@@ -189,3 +189,12 @@ def parse_webhook_secret(text: str) -> bytes:
     if not 24 <= len(raw) <= 64:
         raise UsageError(f"a webhook secret must be 24 to 64 bytes (this one is {len(raw)})")
     return raw
+
+
+def secret_sealer(kek: bytes, key_id: str) -> Callable[[str, str], tuple[str, str]]:
+    """``(url, secret text) -> (sealed secret, key_id)``: a ``whsec_...`` secret checked
+    (``parse_webhook_secret``) and encrypted for ``url`` under ``kek`` (a SQL store's
+    ``secret_sealer``, set by whoever holds the server key)."""
+    def seal(url: str, text: str) -> tuple[str, str]:
+        return encrypt_secret(kek, parse_webhook_secret(text), url), key_id
+    return seal

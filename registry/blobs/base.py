@@ -21,7 +21,14 @@ import operator
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, NamedTuple, Protocol, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    BinaryIO,
+    NamedTuple,
+    Protocol,
+    cast,
+    runtime_checkable,
+)
 
 from ..atomic import atomic_write
 from ..digests import HashingWriter
@@ -39,8 +46,11 @@ from ..parallel import (
 )
 from ..refs import validate_digest
 
+if TYPE_CHECKING:
+    from .inplace import InPlaceFile
+
 __all__ = [
-    "BlobInfo", "Part", "ProgressFn", "BlobStore", "unique_parts", "locked_progress", "run_parallel",
+    "BlobInfo", "Part", "ProgressFn", "BlobStore", "PackWriter", "as_pack_writer", "unique_parts", "locked_progress", "run_parallel",
     "BLOBS_DIR", "blob_relpath", "digest_from_relpath", "checked_range", "open_range", "check_range", "range_error",
     "corrupt_blob_error", "check_read_range", "short_blob_error", "PwriteWriter", "verified_into",
     "atomic_download", "hash_parts", "part_blocks", "stretches", "RangeSink",
@@ -83,9 +93,25 @@ class BlobStore(Protocol):
 
     Every put is idempotent (False when the blob was already there) and atomic (no reader ever
     sees a partial blob); every verified read raises ``IntegrityError`` on a digest mismatch.
+
+    What a store can do beyond that is declared by its class, never probed:
+
+    - ``read_workers``: ranged reads of packs to run at once (``blobs.packed``);
+    - ``maps_in_place``: its blobs are files on this machine that ``in_place`` may hand out to
+      be mapped where they lie (a local directory), so a pinned, cached manifest needs no
+      database round trip;
+    - ``writes_packs``: it is a ``PackWriter`` (names new packs in the pass that writes them);
+    - ``presigns``: it hands out presigned URLs (S3), so a server never streams the bytes.
     """
 
     url: str
+    read_workers: int
+    maps_in_place: bool
+    writes_packs: bool
+    presigns: bool
+
+    def in_place(self, digest: str, size: int | None = None) -> InPlaceFile | None:
+        """The blob's file, if it may be mapped where it lies (``maps_in_place``), else None."""
 
     def put_file(self, path: str | os.PathLike, digest: str, *, offset: int = 0,
                  length: int | None = None, progress: ProgressFn | None = None) -> bool:
@@ -166,6 +192,26 @@ class BlobStore(Protocol):
                             dry_run: bool = False) -> list[str]:
         """Discard uploads a killed writer left behind (local tmp files, S3 multipart uploads),
         except those of blobs in ``keep``; returns the digests they were for."""
+
+
+@runtime_checkable
+class PackWriter(BlobStore, Protocol):
+    """A store that declares ``writes_packs``: it stores new packs (ranges of a file, one after
+    the other) under their sha256, named in the same pass that copies and checks them."""
+
+    def put_packs(self, path: str | os.PathLike, parts: Sequence[Part], packs: Sequence[Sequence[Part]], *,
+                  tag: str, claim: Callable[[list[tuple[str, int]]], None], progress: ProgressFn | None = None,
+                  unrecorded: Collection[str] = ()) -> tuple[int, int, list[tuple[str, int]]]:
+        """``put_parts`` of ``parts`` and each of ``packs`` stored as one new blob, claimed
+        (``claim``) under its name before it becomes visible; ``(written, stored, packs)``."""
+
+
+def as_pack_writer(blobs: BlobStore) -> PackWriter:
+    """``blobs`` as the ``PackWriter`` its class declares it is (``writes_packs``); a store that
+    does not declare it is a caller's error (it should have planned packs hashed first)."""
+    if not blobs.writes_packs:
+        raise UsageError(f"{type(blobs).__name__} does not write packs", hint="plan the upload with hashed packs")
+    return cast(PackWriter, blobs)
 
 
 #: Where blobs live under a store's root (a directory, an S3 prefix, the client cache).

@@ -75,6 +75,10 @@ class LocalBlobStore:
 
     #: ranged reads of packs run at once (``blobs.packed``): reading the page cache is CPU work
     read_workers = WORKERS
+    #: declared capabilities (``BlobStore``): files here, packs named as written, no presigned URLs
+    maps_in_place = True
+    writes_packs = True
+    presigns = False
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).expanduser().absolute()

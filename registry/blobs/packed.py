@@ -37,14 +37,14 @@ __all__ = ["PackedPart", "PackRun", "RUN_BYTES", "RUN_GAP", "pack_runs", "runs",
 RUN_BYTES = 8 * 1024 * 1024
 #: chunks this close in a pack are read together (the bytes between are read and dropped)
 RUN_GAP = 256 * 1024
-#: runs read at once (a store with a ``read_workers`` attribute says its own: one per core for
-#: a local directory, where a read is CPU work, not a wait on the network)
+#: runs read at once from a store over the network (each store declares its ``read_workers``:
+#: one per core for a local directory, where a read is CPU work, not a wait on the network)
 WORKERS = 8
 
 
 def run_workers(blobs: BlobStore) -> int:
-    """How many runs to read from ``blobs`` at once (``WORKERS``, or the store's ``read_workers``)."""
-    return int(getattr(blobs, "read_workers", WORKERS))
+    """How many runs to read from ``blobs`` at once: the store's declared ``read_workers``."""
+    return int(blobs.read_workers)
 
 
 class PackedPart(NamedTuple):

@@ -73,6 +73,7 @@ from .base import (
     unique_parts,
     verified_into,
 )
+from .packed import WORKERS as PACK_READ_WORKERS
 
 __all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS", "UPLOADER_META"]
 
@@ -109,6 +110,16 @@ class S3BlobStore:
     exercise the multipart path with small files); the threshold defaults to
     ``registry.constants.s3_multipart_threshold()`` (64 MiB, or ``PT2REG_S3_MULTIPART_THRESHOLD``).
     """
+
+    #: declared capabilities (``BlobStore``): network reads, no local files, presigned URLs
+    read_workers = PACK_READ_WORKERS
+    maps_in_place = False
+    writes_packs = False
+    presigns = True
+
+    def in_place(self, digest: str, size: int | None = None) -> None:
+        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
+        return None
 
     def __init__(self, url: str, *, multipart_threshold: int | None = None,
                  multipart_chunksize: int = 8 * MiB, max_concurrency: int = 4,

@@ -77,14 +77,14 @@ def logout(app: App, url: str | None, everything: bool) -> None:
 def whoami(app: App, as_json: bool) -> None:
     """Who the registry server takes this client's token for: owner, token id, scopes, expiry."""
     from ..errors import UsageError
-    from ..remote.meta import HttpMetadataStore
 
+    no_server = UsageError("whoami asks a registry server, and none is selected",
+                           hint="pass --registry URL or set PT2REG_URL")
     if not app.settings.remote:
-        raise UsageError("whoami asks a registry server, and none is selected",
-                         hint="pass --registry URL or set PT2REG_URL")
-    meta = app.registry.meta
-    assert isinstance(meta, HttpMetadataStore)
-    identity = meta.whoami()
+        raise no_server
+    identity = app.registry.meta.whoami()
+    if identity is None:  # a store reached directly declares no token identity
+        raise no_server
     expires = iso_utc(identity.expires_at)
     if as_json:
         emit_json({"registry": app.settings.url, "owner": identity.owner, "token_id": identity.token_id,

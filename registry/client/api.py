@@ -85,7 +85,9 @@ class Registry:
         elif self._meta is None:
             from ..store import open_metadata_store
 
-            self._meta = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
+            store = open_metadata_store(self.settings.db_url, auto_create=self.settings.embedded_db)
+            store.secret_sealer = _home_key_sealer(self.settings.home)
+            self._meta = store
         if not self._spool_flushed:  # the first contact appends what was served from the cache alone
             meta, self._spool_flushed = self._meta, True
             if self._spool_path.exists():  # (checked here too: most commands never load the spool's module)
@@ -225,7 +227,7 @@ class Registry:
             cached = self.cache.pinned_bundle(parsed, manifest)
             if cached is not None:
                 return Located(parsed, cached=cached)
-            if getattr(self.blobs, "in_place", None) is not None:  # a local store: no database needed
+            if self.blobs.maps_in_place:  # a local store: no database needed
                 pin = self.cache.pinned_manifest(parsed, manifest, self.blobs.url)
                 if pin is not None:
                     return Located(parsed, pinned=pin)
@@ -521,15 +523,11 @@ class Registry:
     # -- garbage collection ---------------------------------------------------------------
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 0.0) -> GcResult:
         """Delete blobs no version references and no live push has claimed, abort uploads
-        dead pushes left half done and release their claims (``registry.client.gc``). Against
-        a registry server it runs there (an admin token)."""
-        from ..remote.meta import HttpMetadataStore
-        from .gc import GcResult, collect_garbage
-
-        meta = self.meta
-        if isinstance(meta, HttpMetadataStore):
-            return meta.gc(GcResult, dry_run=dry_run, grace_seconds=grace_seconds)
-        return collect_garbage(self.meta, self.blobs, dry_run=dry_run, grace_seconds=grace_seconds)
+        dead pushes left half done and release their claims (``registry.store.gc``). Against
+        a registry server it runs there (an admin token): each store declares where
+        (``PushStore.gc``)."""
+        return self.meta.gc(self.blobs, dry_run=dry_run, grace_seconds=grace_seconds, actor=actor(),
+                            host=hostname())
 
     # -- tokens ---------------------------------------------------------------------------
     def create_token(self, owner: str, scopes: Sequence[str], expires: str | None = None
@@ -617,7 +615,6 @@ class Registry:
         server encrypts it; with direct database access, the key file ``$PT2REG_SIGNING_KEY``
         or HOME/server-signing.key, which must be the server's)."""
         from ..access import server_key
-        from ..remote.meta import HttpMetadataStore
         from ..store.outbox import validate_webhook_url
 
         validate_webhook_url(url)
@@ -625,20 +622,9 @@ class Registry:
             text = Path(secret_file).read_text("utf-8").strip()
         except OSError as exc:
             raise NotFoundError(f"cannot read the secret file {secret_file}: {exc.strerror}") from exc
-        secret = server_key.parse_webhook_secret(text)
-        glob = model_glob or None
-        meta = self.meta
-        if isinstance(meta, HttpMetadataStore):
-            return meta.add_webhook(url, list(events), glob, secret=text, actor=actor(), host=hostname())
-        from ..access.webhook_targets import TargetPolicy, check_new_target
-
-        check_new_target(url, TargetPolicy.from_env())  # internal addresses: as the server would (and does)
-        path, may_create = server_key.key_path(self.settings.home)
-        key = server_key.load_or_create(path, may_create)
-        return meta.add_webhook(  # type: ignore[attr-defined]
-            url, list(events), glob, actor=actor(), host=hostname(),
-            secret_enc=server_key.encrypt_secret(server_key.secrets_key(key), secret, url),
-            key_id=server_key.server_key_id(key))
+        server_key.parse_webhook_secret(text)   # a malformed secret fails here, before any request
+        return self.meta.add_webhook(url, list(events), model_glob or None, secret=text, actor=actor(),
+                                     host=hostname())
 
     def list_webhooks(self) -> list[WebhookRecord]:
         return self.meta.list_webhooks()
@@ -691,3 +677,19 @@ def parse_time(text: str) -> datetime:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.astimezone(timezone.utc)
+
+
+def _home_key_sealer(home: str | os.PathLike[str]) -> Callable[[str, str], tuple[str, str]]:
+    """Seals a webhook secret with direct database access as the server would: internal
+    addresses refused (``check_new_target``), then encrypted under the server key file
+    (``$PT2REG_SIGNING_KEY`` or HOME/server-signing.key, which must be the server's), loaded only
+    when a webhook is added."""
+    def seal(url: str, text: str) -> tuple[str, str]:
+        from ..access import server_key
+        from ..access.webhook_targets import TargetPolicy, check_new_target
+
+        check_new_target(url, TargetPolicy.from_env())  # internal addresses: as the server would (and does)
+        path, may_create = server_key.key_path(home)
+        key = server_key.load_or_create(path, may_create)
+        return server_key.secret_sealer(server_key.secrets_key(key), server_key.server_key_id(key))(url, text)
+    return seal

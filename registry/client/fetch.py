@@ -436,9 +436,9 @@ def _in_place_parts(parts: Sequence[AnyPart], deferred: Sequence[int], records: 
     in its file that keeps the record's alignment; and the pieces of a split record, each its
     own blob, every one but the last a whole number of pages (torch needs a record in one map:
     ``inplace.map_together`` maps them side by side). The others are copied."""
-    find = getattr(blobs, "in_place", None)
-    if find is None:
+    if not blobs.maps_in_place:
         return {}
+    find = blobs.in_place
     files: dict[str, InPlaceFile | None] = {}
 
     def segment(p: AnyPart) -> InPlaceSegment | None:

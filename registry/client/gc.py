@@ -1,41 +1,19 @@
 """Garbage collection: delete blobs no version references and no live push has claimed.
 
-A push claims its blobs before it writes them (``registry.client.push``; new packs, named
-only once written, are written under a claimed tag and claimed by name before they become
-visible) and heartbeats the claim; a claim is alive while its process runs here or it
-heartbeated recently elsewhere, as judged by the metadata store's clock. ``Registry.gc`` is the public entry point.
+The algorithm lives with the store that holds the claims (``registry.store.gc``); a metadata
+store declares where it runs (``VersionStore.gc``: here over SQL, on the server over HTTP).
+``Registry.gc`` is the public entry point.
 """
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..config import actor as current_actor
-from ..config import hostname
+from ..store.gc import claim_alive as _claim_alive  # noqa: F401  (tests judge claims with it)
+from ..store.records import GcResult
 from .ports import BlobStore, MetadataStore
-from .push import HEARTBEAT_SECONDS
-
-if TYPE_CHECKING:
-    from ..store.records import PendingPush
 
 __all__ = ["GcResult", "collect_garbage"]
-
-
-@dataclass(frozen=True)
-class GcResult:
-    deleted: list[tuple[str, int]] = field(default_factory=list)
-    kept_claimed: int = 0
-    dry_run: bool = False
-    aborted_uploads: list[str] = field(default_factory=list)   # digests of abandoned uploads
-    released_claims: int = 0                                     # claims of dead pushes
-
-    @property
-    def reclaimed_bytes(self) -> int:
-        return sum(size for _, size in self.deleted)
 
 
 def collect_garbage(meta: MetadataStore, blobs: BlobStore, *, dry_run: bool = False,
@@ -45,58 +23,9 @@ def collect_garbage(meta: MetadataStore, blobs: BlobStore, *, dry_run: bool = Fa
     that dead pushes left half done (local tmp files, S3 multipart uploads) and release
     their claims. ``actor``/``host`` (default: this process's) and ``audit_details`` go into
     the ``gc.delete`` audit events (the registry server passes its caller's token)."""
-    listed = list(blobs.list())
-    referenced = meta.referenced_blobs()
-    claims = meta.pending_claims()
-    db_now = meta.db_now()  # claims are judged by the database's clock, not ours
-    protected: set[str] = set()
-    dead = []
-    for claim in claims:
-        if _claim_alive(claim, db_now):
-            protected.update(claim.blobs)
-        else:
-            dead.append(claim.id)
-    now = time.time()
-    deleted, kept = [], 0
-    for blob in listed:
-        if blob.digest in referenced:
-            continue
-        if blob.digest in protected or now - blob.mtime < grace_seconds:
-            kept += 1
-            continue
-        deleted.append((blob.digest, blob.size))
-    # claims are read again after the store has listed its uploads, so a push that started
-    # meanwhile (it claims before it writes) is spared
-    aborted = blobs.abort_stale_uploads(grace_seconds, dry_run=dry_run, keep=lambda: {
-        d for c in meta.pending_claims() if _claim_alive(c, meta.db_now()) for d in c.blobs})
-    if not dry_run:
-        # under the lock push claims take: claims and references are re-read there, so a
-        # push that starts now either is seen (its blobs spared) or finds them gone; the
-        # claims judged dead there are deleted there too, before any blob, so their push
-        # fails at publish instead of recording a version whose blobs are gone
-        released: list[int] = []
-        who = {"actor": actor or current_actor(), "host": host or hostname()}
-        if audit_details is not None:
-            who["audit_details"] = audit_details
-        deleted = meta.sweep_blobs(deleted, is_alive=_claim_alive, delete=blobs.delete,
-                                   released=released, **who)
-        dead = released
-    return GcResult(deleted, kept, dry_run, aborted, len(dead))
+    from ..config import actor as current_actor
+    from ..config import hostname
 
+    return meta.gc(blobs, dry_run=dry_run, grace_seconds=grace_seconds, actor=actor or current_actor(),
+                   host=host or hostname(), audit_details=audit_details)
 
-def _claim_alive(claim: PendingPush, now: datetime | None = None) -> bool:
-    """A pending push is alive if its process runs here, or it heartbeated recently elsewhere.
-
-    ``now`` is the database's clock (heartbeats are stamped by it, so a client with a skewed
-    clock can neither keep a dead claim alive nor make a live one look stale)."""
-    if claim.host == hostname():
-        try:
-            os.kill(int(claim.pid), 0)
-            return True
-        except (ProcessLookupError, ValueError):
-            return False
-        except PermissionError:
-            return True
-    if now is None:
-        now = datetime.now(timezone.utc)
-    return (now - claim.heartbeat_at).total_seconds() < 6 * HEARTBEAT_SECONDS

@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..blobs.base import ProgressFn, locked_progress, run_parallel
 from ..config import actor, hostname
+from ..constants import HEARTBEAT_SECONDS
 from ..errors import ConflictError
 from ..format.bundle import BundleFile
 from ..format.signing import check_signature_entries
 from ..parallel import Background
 from ..pt2.reader import check_bundle_programs
-from .ports import BlobStore, MetadataStore
+from .ports import BlobStore, MetadataStore, PublishRequest
 from .upload import UploadPlan, bundle_parts, plan_upload, upload_plan
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PushResult", "push_bundle", "HEARTBEAT_SECONDS"]
 
-#: how often a push refreshes its claim; gc treats a claim silent for 6 beats as dead
-HEARTBEAT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     # chunks fewer), and the claim grows as the push learns what it stores: the large chunks
     # go up while the rest is planned. Other stores get packs hashed first, every name claimed
     # before anything is uploaded.
-    one_pass = callable(getattr(blobs, "put_packs", None)) and callable(getattr(meta, "extend_pending", None))
+    one_pass = blobs.writes_packs and meta.extends_claims   # declared by each store's class
     if one_pass:
         plan, parts = None, bundle_parts(bundle)
         early = parts[0]
@@ -130,7 +129,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     job: Background | None = None
 
     def claim_more(digests: Collection[str]) -> None:
-        if digests and not meta.extend_pending(pending, sorted(digests)):  # type: ignore[attr-defined]
+        if digests and not meta.extend_pending(pending, sorted(digests)):
             raise ConflictError(f"push of {name} lost its pending-push claim while uploading: gc reaped it "
                                 f"because the push stalled past its heartbeat; nothing was recorded",
                                 hint="push again (it uploads whatever gc deleted)")
@@ -182,13 +181,13 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
                 plan = named[0]
             stored = plan.blobs()
             blobs.put_bytes(manifest.canonical, manifest.digest)
-            version, created = meta.publish(
+            request = PublishRequest(
                 name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
                 stored + [(manifest.digest, len(manifest.canonical))],
                 aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
-                lineage=list(lineage), signatures=sigs, actor=actor(), host=hostname(),
-                environment=environment, claim=pending, missing_blobs=missing_blobs,
-                **({"packs": plan.index} if plan.index else {}))
+                lineage=list(lineage), signatures=sigs, environment=environment, claim=pending,
+                packs=plan.index if plan.index else None)
+            version, created = meta.publish(request, actor=actor(), host=hostname(), missing_blobs=missing_blobs)
     finally:
         meta.end_pending(pending)
     warnings = () if created else (f"identical content is already {version.name}@{version.number}; "

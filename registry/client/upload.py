@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Any, cast
 
-from ..blobs.base import BlobStore, Part, ProgressFn, hash_parts, locked_progress, stretches
+from ..blobs.base import BlobStore, Part, ProgressFn, as_pack_writer, hash_parts, locked_progress, stretches
 from ..errors import NotFoundError
 from ..format.bundle import BundleFile
 from ..format.packs import PACK_BELOW, PACK_BYTES, Pack, PackEntry, PackIndex
@@ -93,13 +93,12 @@ def plan_upload(bundle: BundleFile, meta: MetadataStore, blobs: BlobStore, name:
     chunks an older version stored as blobs of their own stay ``whole`` (``put_parts`` hashes
     those); other small chunks are reused from a pack a version of model ``name`` already
     references (when the pack is still stored) or concatenated, in bundle order, into new packs
-    of up to ``PACK_BYTES``. A metadata store that keeps no packs (no ``locate_chunks``, or a
-    server older than packs) gets every chunk as a blob of its own. ``parts``: the bundle's
+    of up to ``PACK_BYTES``. A metadata store that keeps no packs (a server older than packs:
+    ``locate_chunks`` answers None) gets every chunk as a blob of its own. ``parts``: the bundle's
     ``bundle_parts``, when the caller has them already."""
     large, small = parts if parts is not None else bundle_parts(bundle)
     whole = list(large)
-    locate = getattr(meta, "locate_chunks", None)
-    located = locate([p.digest for p in small], name=name) if small and locate is not None else None
+    located = meta.locate_chunks([p.digest for p in small], name=name) if small else None
     if located is None:
         return UploadPlan(whole + small, [], PackIndex(), 0)
     sizes = {p.digest: p.size for p in small}
@@ -222,9 +221,9 @@ def upload_plan(bundle: BundleFile, plan: UploadPlan, blobs: BlobStore, progress
     if plan.groups:
         if tag is None or claim is None:
             raise ValueError("a plan with packs not named yet needs a tag and a claim")
-        uploaded, skipped, _named = blobs.put_packs(bundle.path, plan.whole + ranges,  # type: ignore[attr-defined]
-                                                    plan.groups, tag=tag, claim=claim, progress=progress,
-                                                    unrecorded=unrecorded)
+        uploaded, skipped, _named = as_pack_writer(blobs).put_packs(
+            bundle.path, plan.whole + ranges, plan.groups, tag=tag, claim=claim, progress=progress,
+            unrecorded=unrecorded)
     else:
         uploaded, skipped = blobs.put_parts(bundle.path, plan.whole + ranges, progress=progress,
                                             unrecorded=unrecorded)

@@ -77,6 +77,10 @@ class OciBlobStore(HttpBlobStore):
 class MountedLayers(LocalBlobStore):
     """The blob layers in ``root`` as files named ``sha256-<hex>`` (read only)."""
 
+    #: copied into the cache (verified), never mapped from a mount another process may change
+    maps_in_place = False
+    writes_packs = False
+
     def __init__(self, root: str | Path) -> None:
         super().__init__(root)
 

@@ -50,6 +50,7 @@ from ..blobs.base import (
     unique_parts,
     verified_into,
 )
+from ..blobs.packed import WORKERS as PACK_READ_WORKERS
 from ..constants import VERSION
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
@@ -102,6 +103,16 @@ class _Cancelled(Exception):
 
 class HttpBlobStore:
     """A registry server's blobs, through ``client`` (shared with ``HttpMetadataStore``)."""
+
+    #: declared capabilities (``BlobStore``): network reads; the server presigns, not this client
+    read_workers = PACK_READ_WORKERS
+    maps_in_place = False
+    writes_packs = False
+    presigns = False
+
+    def in_place(self, digest: str, size: int | None = None) -> None:
+        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
+        return None
 
     def __init__(self, client: HttpClient, *, transfers: int = TRANSFERS) -> None:
         self.client = client

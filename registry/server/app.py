@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from ..access.server_key import secret_sealer
 from ..access.webhook_targets import TargetPolicy
 from ..blobs import open_blob_store
 from ..config import Settings
@@ -57,6 +58,7 @@ def create_app(settings: Settings, *, public_url: str | None = None,
                         public_url=public_url.rstrip("/") if public_url else None)
 
     server_key = load_server_key(settings.home)  # signs audit heads, seals webhook secrets
+    meta.secret_sealer = secret_sealer(server_key.secrets_key, server_key.key_id)
     background = Background(meta.engine, server_key, targets)  # webhook delivery + audit head signing
 
     @asynccontextmanager
@@ -77,7 +79,7 @@ def create_app(settings: Settings, *, public_url: str | None = None,
     app.state.server_key = server_key
     app.state.webhook_targets = targets
     app.state.event_guard = event_guard
-    hide = tuple(t for t in (blobs.url, str(getattr(blobs, "root", "") or "")) if t)
+    hide = tuple(t for t in (blobs.url, _local_path(blobs.url)) if t)
     install_error_handlers(app, hide=hide)
     install_web(app)  # the web pages at / (after the API's error handlers: it wraps them)
     app.add_middleware(LimitsMiddleware, limits=state.limits)
@@ -88,3 +90,11 @@ def create_app_from_env() -> Any:
     """``uvicorn --factory`` entry point: PT2REG_DB / PT2REG_STORE / PT2REG_HOME and
     PT2REG_PUBLIC_URL from the environment (what ``pt2reg serve --workers N`` sets)."""
     return create_app(Settings.resolve(), public_url=os.environ.get(ENV_PUBLIC_URL) or None)
+
+
+def _local_path(url: str) -> str:
+    """The directory of a ``file://`` store URL (kept out of error messages too), else ''."""
+    import urllib.parse
+
+    parsed = urllib.parse.urlparse(url)
+    return urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else ""

@@ -24,7 +24,7 @@ from ..format.packs import PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
 from ..store.migrate import HEAD_REVISION, ensure_schema
-from ..store.records import LineageNode
+from ..store.records import LineageNode, PublishRequest
 from ..store import writes
 from . import blobio, derived, fields, ownership
 from .auth import Call, authenticated, on_blobs, on_model, on_scope, public
@@ -262,15 +262,14 @@ def publish(request: Request,
     def missing(digests: list[str]) -> list[str]:
         return blobio.missing_blobs(state, [(d, sizes.get(d)) for d in digests])
 
-    version, created = state.meta.publish(
+    request = PublishRequest(
         name, digest, manifest_json, found.size, found.blobs,
         aliases=[validate_alias(a) for a in fields.items(body, "aliases")],
         metadata=found.metadata, build=fields.opt_mapping(body, "build"),
         lineage=fields.items(body, "lineage"), signatures=fields.items(body, "signatures"),
         environment=fields.opt_mapping(body, "environment"),
-        ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=claim_id,
-        missing_blobs=missing, identity=call.who, packs=index or None,
-        **call.writer())
+        ref_for_audit=fields.opt_text(body, "ref_for_audit"), claim=claim_id, packs=index or None)
+    version, created = state.meta.publish(request, missing_blobs=missing, identity=call.who, **call.writer())
     return {"version": encode(version), "created": created}
 
 

@@ -103,7 +103,7 @@ class ServerState:
     @property
     def presigns(self) -> bool:
         """True when the blob store hands out presigned URLs (S3): bytes never pass here."""
-        return hasattr(self.blobs, "presign_put")
+        return self.blobs.presigns
 
     def close(self) -> None:
         self.meta.close()

@@ -7,16 +7,21 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..format.times import iso_utc
+
+if TYPE_CHECKING:
+    from ..format.packs import PackIndex
 
 __all__ = [
     "ModelRecord", "VersionRecord", "AliasRecord", "SignatureRecord", "LineageEdge",
     "LineageNode", "AuditEvent", "PendingPush", "TokenRecord", "AttestationRecord",
     "WebhookRecord", "WebhookAttempt", "WebhookDelivery", "SignedAuditHead", "OciArtifactRecord",
+    "PublishRequest", "GcResult",
 ]
 
 
@@ -302,3 +307,58 @@ class SignedAuditHead:
     signed_at: datetime
     key_id: str
     signature: str
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    """What a publish records: one version of ``name`` with its blobs, aliases, lineage,
+    signatures and pack index. The same value goes to every ``VersionStore.publish`` (SQL, or a
+    server's ``/v1/publish``, whose route builds one from the body); who publishes (``actor``,
+    ``host``) and the claim checks are arguments of the call, not of the content.
+
+    ``blobs``: ``(digest, size)`` of each stored blob; ``lineage``: ``LineageEdge`` records (or
+    mappings with their keys); ``signatures``: ``signatures.json`` entries; ``metadata``,
+    ``build`` and ``environment``: informational JSON; ``packs_json`` the pack index as JSON text,
+    or ``packs`` the same already parsed (``format.packs``); ``claim``: the pending-push claim
+    the upload held (``begin_pending``), which must still be alive when the version is recorded.
+
+        >>> PublishRequest("bert", "sha256:" + "a" * 64, "{}", 10, (("sha256:" + "b" * 64, 10),),
+        ...                aliases=("prod",)).aliases
+        ('prod',)
+    """
+
+    name: str
+    digest: str
+    manifest_json: str
+    size: int
+    blobs: Iterable[tuple[str, int]] = ()
+    aliases: Iterable[str] = ()
+    metadata: Mapping[str, Any] | None = None
+    build: Mapping[str, Any] | None = None
+    lineage: Iterable[Any] = ()
+    signatures: Iterable[Any] = ()
+    environment: Mapping[str, Any] | None = None
+    ref_for_audit: str | None = None
+    claim: int | None = None
+    packs_json: str | None = None
+    packs: PackIndex | None = None
+
+    def index_json(self) -> str | None:
+        """The pack index as JSON text (``packs`` written out, else ``packs_json``)."""
+        return self.packs.to_json() if self.packs else self.packs_json
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What a garbage collection deleted (``(digest, size)``), kept for live claims, aborted
+    (abandoned uploads) and released (claims of dead pushes)."""
+
+    deleted: list[tuple[str, int]] = field(default_factory=list)
+    kept_claimed: int = 0
+    dry_run: bool = False
+    aborted_uploads: list[str] = field(default_factory=list)   # digests of abandoned uploads
+    released_claims: int = 0                                     # claims of dead pushes
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return sum(size for _, size in self.deleted)

@@ -23,6 +23,7 @@ from registry.store.engine import WRITE_OPTION
 from registry.store.orm import json_text
 from tests.fixtures_pt2 import run_cli
 from tests.services_server import make_token, registry_server
+from tests.store_calls import publish as store_publish
 from tests.until import wait_until
 
 FAST = {"PT2REG_WEBHOOK_POLL": "0.05", "PT2REG_AUDIT_SIGN_INTERVAL": "0.05"}
@@ -47,7 +48,7 @@ def publish(store: Any, name: str, n: int, aliases: Sequence[str] = ()) -> None:
     """A version whose manifest (a stand-in: no members) is stored as its only blob."""
     manifest = json.dumps({"n": n})
     digest = digest_of_bytes(manifest.encode())
-    store.publish(name, digest, manifest, len(manifest), [(digest, len(manifest))],
+    store_publish(store, name, digest, manifest, len(manifest), [(digest, len(manifest))],
                   aliases=list(aliases), actor="ana", host="h")
 
 

@@ -25,6 +25,7 @@ from registry.errors import PolicyError, SignatureError, UsageError
 from registry.format.signing import generate_keypair, load_private_key, public_pem_of, sign_digest
 from registry.store import open_metadata_store
 from registry.store.outbox import validate_webhook_url
+from tests.store_calls import publish
 from tests.until import HANG_GUARD_S, wait_until
 
 MODEL = "team/m"
@@ -42,7 +43,7 @@ def store(tmp_path):
 def _publish(store: Any, n: int, *, key: Any = None, aliases: tuple[str, ...] = ()) -> str:
     digest = "sha256:" + hashlib.sha256(f"v{n}".encode()).hexdigest()
     sigs = [sign_digest(key, digest)] if key is not None else []
-    store.publish(MODEL, digest, "{}", 1, [], signatures=sigs, aliases=list(aliases), **WHO)
+    publish(store, MODEL, digest, "{}", 1, [], signatures=sigs, aliases=list(aliases), **WHO)
     return digest
 
 
@@ -232,10 +233,8 @@ def test_hostile_receivers_filters_and_the_secret(store, tmp_path, monkeypatch, 
                                    ("/filtered-event", ["version.yanked"], None),
                                    ("/filtered-model", ["version.published"], "other/*")):
             url = rx.base + path
-            hooks[path] = store.add_webhook(
-                url, events, glob, secret_enc=server_key.encrypt_secret(
-                    key.secrets_key, server_key.parse_webhook_secret(SECRET), url),
-                key_id=key.key_id, **WHO).id
+            store.secret_sealer = server_key.secret_sealer(key.secrets_key, key.key_id)
+            hooks[path] = store.add_webhook(url, events, glob, secret=SECRET, **WHO).id
         _publish(store, 1, aliases=("prod",))
         bg = Background(store.engine, key)
         caplog.set_level(logging.DEBUG)
@@ -429,13 +428,13 @@ def test_moves_racing_a_policy_change_never_land_after_it(store, tmp_path):
 
 def test_webhook_model_globs_follow_the_scope_grammar(store):
     """``--model team/*`` means what it means in a scope: ``team/x``, never ``team/a/b``."""
-    hook = store.add_webhook("http://127.0.0.1:9/h", ["version.published"], "team/*", secret_enc="x",
-                             key_id="k", **WHO)
+    store.secret_sealer = lambda url, secret: ("x", "k")   # sealed as given: only the glob is under test
+    hook = store.add_webhook("http://127.0.0.1:9/h", ["version.published"], "team/*", secret="whsec_x", **WHO)
     for name in ("team/x", "team/a/b", "team2/x"):
-        store.publish(name, "sha256:" + hashlib.sha256(name.encode()).hexdigest(), "{}", 1, [], **WHO)
+        publish(store, name, "sha256:" + hashlib.sha256(name.encode()).hexdigest(), "{}", 1, [], **WHO)
     model_of = {e.seq: e.model for e in store.events()}
     got = [model_of[d.audit_seq] for d in store.webhook_deliveries() if d.webhook_id == hook.id]
     assert got == ["team/x"]
     for bad in ("team/[ab]", "team//x", "Team/*", "team/**x"):
         with pytest.raises(UsageError, match="invalid model glob"):
-            store.add_webhook("http://127.0.0.1:9/h", ["version.published"], bad, secret_enc="x", key_id="k", **WHO)
+            store.add_webhook("http://127.0.0.1:9/h", ["version.published"], bad, secret="whsec_x", **WHO)

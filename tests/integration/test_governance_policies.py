@@ -18,6 +18,7 @@ import pytest
 from tests.cli_inprocess import run_in_process
 from tests.integration.test_remote_e2e import _Server, client
 from tests.services_server import make_token
+from tests.store_calls import publish
 
 MODEL = "team/m"
 
@@ -207,12 +208,12 @@ def test_policies_on_postgresql(pg_db_url, tmp_path):
     with SqlMetadataStore(engine) as store:
         digests = ["sha256:" + c * 64 for c in "ab"]
         for d in digests:
-            store.publish(MODEL, d, "{}", 1, [], signatures=[sign_digest(key, d)], **who)
+            publish(store, MODEL, d, "{}", 1, [], signatures=[sign_digest(key, d)], **who)
         store.set_policy(MODEL, "prod", signers=[pub.read_text()], attestations=["cpu-ci"], **who)
         with pytest.raises(PolicyError, match="version 2 has none"):
             store.set_alias(MODEL, "prod", 2, **who)
         with pytest.raises(PolicyError, match="version 3 has none"):  # unsigned: refused whole
-            store.publish(MODEL, "sha256:" + "c" * 64, "{}", 1, [], aliases=["prod"], **who)
+            publish(store, MODEL, "sha256:" + "c" * 64, "{}", 1, [], aliases=["prod"], **who)
         fields = {"label": "cpu-ci", "passed": True, "device": "cpu", "target": {"torch": "x"},
                   "results": [], "error": None}
         statement = attestation_statement(digest=digests[1], **fields)

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.fixtures_pt2 import cli_process, run_cli
+from tests.store_calls import publish
 
 BACKENDS = pytest.mark.parametrize(
     "reg_env", ["local", pytest.param("team", marks=pytest.mark.integration)], indirect=True)
@@ -596,7 +597,7 @@ def test_verify_checks_versions_statuses_and_aliases_against_the_log(backend, re
 
     with open_metadata_store(url, auto_create=True) as store:
         for tag in ("a", "b"):
-            store.publish("m", digest(tag), "{}", 1, [(digest("blob" + tag), 1)], **who)
+            publish(store, "m", digest(tag), "{}", 1, [(digest("blob" + tag), 1)], **who)
         store.set_status("m", 1, "yanked", "leak", **who)  # seq 3
         assert store.verify_audit_chain().ok
 

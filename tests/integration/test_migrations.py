@@ -18,6 +18,7 @@ from registry.store import migrate
 from registry.store.engine import make_engine
 from registry.store.migrate import current_revision, ensure_schema, head_revision, heads, script_location, upgrade
 from registry.store.orm import Base
+from tests.store_calls import publish
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,7 +127,7 @@ def test_a_registry_with_data_at_0002_upgrades_to_head_and_its_chain_verifies(en
 
     store = SqlMetadataStore(engine)
     upgrade(engine)
-    store.publish("team/m", "sha256:" + "a" * 64, "{}", 2, [("sha256:" + "b" * 64, 2)],
+    publish(store, "team/m", "sha256:" + "a" * 64, "{}", 2, [("sha256:" + "b" * 64, 2)],
                   aliases=["prod"], actor="ana", host="h")
     with engine.begin() as conn:
         command.downgrade(migrate._config(conn), "0002_audit_version_fields")

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from registry.format.manifest import Manifest
 from registry.server.auth import SESSION_COOKIE
 from tests.integration.test_server_api import Server, _digest, _error, in_process_server
+from tests.store_calls import publish
 from tests.unit.test_manifest import minimal
 
 PAYLOAD = b"tensor bytes " * 50
@@ -145,7 +146,7 @@ def test_audit_verify_catches_a_version_whose_size_or_metadata_are_not_its_manif
     meta = srv.meta
     manifest, digest = staged["manifest"], staged["digest"]
     blobs = [(_digest(PAYLOAD), len(PAYLOAD)), (digest, len(manifest))]
-    meta.publish("team/forged", digest, manifest, 1, blobs, metadata=dict(HONEST), actor="old-server", host="h")
+    publish(meta, "team/forged", digest, manifest, 1, blobs, metadata=dict(HONEST), actor="old-server", host="h")
     auditor = srv.token("audit:read", owner="auditor")
     assert srv.call("GET", "/v1/audit/verify", auditor).json()["ok"] is True   # the chain alone holds
     verdict = srv.call("GET", "/v1/audit/contents", auditor).json()
@@ -153,7 +154,7 @@ def test_audit_verify_catches_a_version_whose_size_or_metadata_are_not_its_manif
     with meta.engine.begin() as conn:   # mended: the size its manifest says
         conn.execute(text("UPDATE versions SET size = :n WHERE size = 1"), {"n": len(PAYLOAD) + len(manifest)})
     assert srv.call("GET", "/v1/audit/contents", auditor).json() is None
-    meta.publish("team/forged2", digest, manifest, len(PAYLOAD) + len(manifest), blobs,
+    publish(meta, "team/forged2", digest, manifest, len(PAYLOAD) + len(manifest), blobs,
                  metadata={**HONEST, "security_review": "passed"}, actor="old-server", host="h")
     assert srv.call("GET", "/v1/audit/verify", auditor).json()["ok"] is True
     verdict = srv.call("GET", "/v1/audit/contents", auditor).json()

@@ -26,6 +26,7 @@ from registry.client import Registry
 from registry.config import Settings
 from registry.format.bundle import BundleFile
 from registry.store.engine import WRITE_OPTION
+from tests.store_calls import publish
 
 HOSTILE = {
     "note": "[bold red]FAKE: compatible[/]",
@@ -188,12 +189,13 @@ def skew(monkeypatch):
     import registry.client.provenance
     import registry.client.sources
     import registry.store.audit_chain
+    import registry.store.gc
     import registry.store.orm
 
     def set_offset(offset: timedelta):
         _Skewed.offset = offset
-        for mod in (registry.client.gc, registry.client.provenance, registry.client.sources, registry.store.orm,
-                    registry.store.audit_chain):
+        for mod in (registry.client.gc, registry.store.gc, registry.client.provenance, registry.client.sources,
+                    registry.store.orm, registry.store.audit_chain):
             monkeypatch.setattr(mod, "datetime", _Skewed, raising=False)
 
     yield set_offset
@@ -419,7 +421,7 @@ def test_migration_attests_versions_published_before_it(backend, request, tmp_pa
     monkeypatch.setattr(audit_log_mod.outbox, "enqueue", lambda *a, **k: 0)  # 0001 had no webhooks
     for i in range(3):
         d = "sha256:" + hashlib.sha256(b"v%d" % i).hexdigest()
-        store.publish("old", d, "{}", 1, [("sha256:" + hashlib.sha256(b"b%d" % i).hexdigest(), 1)],
+        publish(store, "old", d, "{}", 1, [("sha256:" + hashlib.sha256(b"b%d" % i).hexdigest(), 1)],
                       metadata={"i": str(i)}, lineage=[("run", f"r{i}")], **who)
     monkeypatch.undo()
     verdict = store.verify_audit_chain()

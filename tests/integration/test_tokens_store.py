@@ -14,6 +14,7 @@ from registry.errors import NotAuthenticatedError, NotFoundError, UsageError
 from registry.store import SqlMetadataStore
 from registry.store import tokens as token_rows
 from registry.store.audit_chain import format_ts, parse_ts
+from tests.store_calls import publish as store_publish
 
 WHO = {"actor": "ana", "host": "laptop"}
 
@@ -41,7 +42,7 @@ def clock_at(monkeypatch, store: SqlMetadataStore, delta: timedelta) -> datetime
 
 
 def publish(store, name: str, tag: str, blobs=None, **kwargs):
-    return store.publish(name, D(tag), json.dumps({"tag": tag}), 10,
+    return store_publish(store, name, D(tag), json.dumps({"tag": tag}), 10,
                          blobs or [(D("blob-" + tag), 10)], **{**WHO, **kwargs})[0]
 
 

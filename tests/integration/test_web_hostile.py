@@ -17,6 +17,7 @@ import pytest
 
 from registry.format.manifest import Manifest
 from registry.store.records import LineageEdge
+from tests.store_calls import publish
 from tests.unit.test_manifest import minimal
 
 X = "\"'><script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -52,7 +53,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     def pub(name: str, tag: str, lineage: list = (), **kw: Any) -> Any:
         text, digest = _text(tag)
-        return meta.publish(name, digest, text, 10, [(ZERO, 10)], metadata={"tag": tag, X: X}, lineage=lineage,
+        return publish(meta, name, digest, text, 10, [(ZERO, 10)], metadata={"tag": tag, X: X}, lineage=lineage,
                             build={X: X}, environment={"python": X}, **w, **kw)[0]
 
     other = pub("other/x", "o1")

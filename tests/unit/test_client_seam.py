@@ -60,13 +60,19 @@ def test_the_sql_store_and_local_blobs_satisfy_the_protocols_a_remote_client_wil
     with Registry(settings) as reg:
         assert isinstance(reg.meta, MetadataStore) and isinstance(reg.blobs, BlobStore)
     assert isinstance(LocalBlobStore(str(settings.home / "b")), BlobStore)
-    wanted = [n for n, v in vars(MetadataStore).items() if callable(v) and not n.startswith("_")]
-    assert len(wanted) > 20
-    for name in wanted:
-        proto = inspect.signature(getattr(MetadataStore, name)).parameters
-        impl = inspect.signature(getattr(SqlMetadataStore, name)).parameters
-        missing = [p for p in proto if p not in impl]
-        assert not missing, f"SqlMetadataStore.{name} lacks {missing}"
+    from registry.remote.meta import HttpMetadataStore
+
+    # MetadataStore is a composite of one port per concern: its methods are those of the ports
+    ports = [p for p in MetadataStore.__mro__ if p.__module__ == "registry.client.ports"]
+    wanted = sorted({n for p in ports for n, v in vars(p).items() if callable(v) and not n.startswith("_")})
+    assert len(ports) >= 7 and len(wanted) > 20
+    for impl_class in (SqlMetadataStore, HttpMetadataStore):
+        for name in wanted:
+            proto = inspect.signature(getattr(MetadataStore, name)).parameters
+            impl = inspect.signature(getattr(impl_class, name)).parameters
+            missing = [p for p in proto if p not in impl]
+            assert not missing, f"{impl_class.__name__}.{name} lacks {missing}"
+        assert isinstance(impl_class.extends_claims, bool)   # capabilities are declared by the class
 
 
 def test_registry_uses_the_stores_it_is_given(settings, tmp_path):

@@ -241,6 +241,8 @@ class _Pieces:
     """A store whose ``read_range_into`` hands ``data``'s range over in the given piece sizes,
     through one reused buffer (as the local store does), recording each read."""
 
+    read_workers = 8   # declared, as every BlobStore does
+
     def __init__(self, data: bytes, sizes) -> None:
         self.data, self.sizes, self.reads = data, sizes, []
 
@@ -410,8 +412,9 @@ def test_a_server_older_than_packs_means_no_packs(tmp_path):
                              member_span=lambda _p: (0, len(PACK)))
     plan = plan_upload(bundle, meta, LocalBlobStore(tmp_path / "store"), "m")
     assert not plan.index and not plan.packs and {p.digest for p in plan.whole} == {d(c) for c in CHUNKS}
-    # a metadata store without locate_chunks at all (another implementation) is the same
-    assert not plan_upload(bundle, SimpleNamespace(), LocalBlobStore(tmp_path / "store"), "m").index
+    # any store that declares it keeps no packs (locate_chunks answers None) is the same
+    no_packs = SimpleNamespace(locate_chunks=lambda digests, *, name: None)
+    assert not plan_upload(bundle, no_packs, LocalBlobStore(tmp_path / "store"), "m").index
 
     def missing_model(path, body):
         raise NotFoundError("model 'm' not found", what="model")

@@ -30,6 +30,7 @@ from registry.remote.credentials import load_logins, remove_login, save_login, t
 from registry.remote.http import ATTEMPTS, HttpClient, error_from_body
 from registry.remote.meta import HttpMetadataStore
 from tests.cli_inprocess import run_in_process
+from tests.store_calls import publish
 
 BASE = "http://registry.test:8710"
 TOKEN = "pt2r_" + "s" * 43
@@ -127,7 +128,7 @@ def test_503_is_retried_for_reads_but_a_publish_is_sent_once():
     assert calls == ["/v1/models"] * ATTEMPTS
     calls.clear()
     with pytest.raises(StoreError):
-        meta.publish("a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
+        publish(meta, "a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
     assert calls == ["/v1/publish"]
 
 
@@ -440,7 +441,7 @@ def test_a_publish_cut_off_is_not_sent_twice_and_says_it_may_have_happened():
         raise httpx.ReadTimeout("timed out")
 
     with pytest.raises(StoreError) as caught:
-        HttpMetadataStore(client_for(handler)).publish("a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
+        publish(HttpMetadataStore(client_for(handler)), "a", "sha256:" + "0" * 64, "{}", 1, [], actor="x", host="h")
     assert calls == ["/v1/publish"] and "may have been made" in caught.value.one_line()
 
 

@@ -415,6 +415,8 @@ def test_the_large_chunks_land_in_their_file_even_once_the_caller_let_go_of_it(t
     entered, gate = threading.Event(), threading.Event()
 
     class Slow:
+        read_workers = 8   # declared, as every BlobStore does
+
         def part_fetches(self, fd, parts, progress=None):
             def fetch():
                 entered.set()

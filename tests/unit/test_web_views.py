@@ -14,6 +14,7 @@ from registry.format.manifest import Manifest
 from registry.server.web.compare import compare_manifests, shape_text
 from registry.server.web.lineage import layout
 from registry.store.records import LineageEdge, LineageNode
+from tests.store_calls import publish
 from tests.unit.test_manifest import minimal
 
 
@@ -82,7 +83,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     text = _manifest(lambda raw: raw["metadata"].update(note="<script>alert(1)</script>")).canonical.decode()
     digest = Manifest.from_bytes(text.encode()).digest
     for name in ("team/m", "other/x"):
-        meta.publish(name, digest, text, 10, [("sha256:" + "0" * 64, 10)], actor="ana", host="h",
+        publish(meta, name, digest, text, 10, [("sha256:" + "0" * 64, 10)], actor="ana", host="h",
                      metadata={"note": "<script>alert(1)</script>"})
     tokens = {who: meta.create_token(who, scopes, expires_at=None, actor="t", host="t")[1]
               for who, scopes in (("admin", ["admin"]), ("team", ["model:team/*:pull"]))}

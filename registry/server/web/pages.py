@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Request
@@ -31,6 +31,9 @@ from .compare import compare_manifests
 from .lineage import layout
 from .origin import foreign_post, own_origin
 from .render import render
+
+if TYPE_CHECKING:
+    from ...store.sql import SqlMetadataStore
 
 __all__ = ["router", "PAGE_PATHS", "error_page"]
 
@@ -186,15 +189,13 @@ def model_page(request: Request, name: str, page: int = 1, call: Call = on_page(
 
 # -- a version --------------------------------------------------------------------------------
 
-def _attestation_counts(meta: Any, name: str) -> dict[int, tuple[int, int]] | None:
-    """``number -> (passed, total)`` attestations, or None where the store keeps none."""
-    counts = getattr(meta, "attestation_counts", None)
-    return counts(name) if counts is not None else None
+def _attestation_counts(meta: SqlMetadataStore, name: str) -> dict[int, tuple[int, int]] | None:
+    """``number -> (passed, total)`` attestations of the versions of ``name``."""
+    return meta.attestation_counts(name)
 
 
-def _attestations(meta: Any, name: str, number: int) -> list[Any] | None:
-    lister = getattr(meta, "attestations", None)
-    return lister(name, number) if lister is not None else None
+def _attestations(meta: SqlMetadataStore, name: str, number: int) -> list[Any] | None:
+    return meta.attestations(name, number)
 
 
 def _derived(prog: Any) -> list[Any]:
