@@ -9,10 +9,11 @@ code call this; it never hands out sessions or rows.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..config import Settings, actor, hostname
 from ..errors import NotFoundError, RegistryError, UsageError
@@ -21,21 +22,30 @@ from ..refs import Ref, validate_alias, validate_name
 # The push, pull and gc paths (the bundle format, the cache, the transfers) are imported by the
 # methods that use them: `pt2reg list` / `show` load none of them (tests/integration/test_cli_imports.py).
 if TYPE_CHECKING:
+    from ..access.policy import AliasPolicy
     from ..blobs.base import ProgressFn
-    from .sources import AuditSpool, BlobCache, MaterializedBundle
+    from ..oci.reference import OciReference
+    from ..remote.http import HttpClient
+    from ..store.audit_chain import ChainVerdict
+    from ..store.records import (
+        AliasRecord,
+        AttestationRecord,
+        AuditEvent,
+        LineageNode,
+        ModelRecord,
+        SignatureRecord,
+        TokenRecord,
+        VersionRecord,
+        WebhookDelivery,
+        WebhookRecord,
+    )
     from .gc import GcResult
+    from .oci import OciArtifact, OciPushResult, OciReferrer
     from .ports import BlobStore, MetadataStore
     from .pull import Located, PullResult
     from .push import PushResult
-    from ..remote.http import HttpClient
-    from ..store.audit_chain import ChainVerdict
-    from ..access.policy import AliasPolicy
-    from ..store.records import WebhookDelivery, WebhookRecord
-    from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageNode, ModelRecord,
-                                 SignatureRecord, TokenRecord, VersionRecord)
+    from .sources import AuditSpool, BlobCache, MaterializedBundle
     from .trust import TrustPolicy
-    from ..oci.reference import OciReference
-    from .oci import OciArtifact, OciPushResult, OciReferrer
 
 __all__ = ["Registry", "parse_time"]
 
@@ -331,8 +341,8 @@ class Registry:
         ``pt2reg verify --target FILE REF`` checks a runtime against before any download. An
         ``oci://HOST/REPO@sha256:...`` is read from its OCI registry's manifest and bundle layer."""
         from ..oci.reference import OciReference, looks_like_oci
-        from .sources import MaterializedBundle
         from .pull import describe_version
+        from .sources import MaterializedBundle
 
         if isinstance(ref, OciReference) or (isinstance(ref, str) and looks_like_oci(ref)):
             from .oci import describe_artifact

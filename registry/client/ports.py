@@ -34,8 +34,9 @@ the token id and ``via``); a key the store itself records is a UsageError.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..blobs.base import BlobStore, PackWriter
 from ..store.records import GcResult, PublishRequest
@@ -46,9 +47,20 @@ if TYPE_CHECKING:  # records only: importing the store package would load SQLAlc
     from ..format.packs import ChunkLocation
     from ..refs import Ref
     from ..store.audit_chain import ChainVerdict
-    from ..store.records import (AliasRecord, AttestationRecord, AuditEvent, LineageNode, ModelRecord,
-                                 OciArtifactRecord, SignatureRecord, SignedAuditHead, TokenRecord, VersionRecord,
-                                 WebhookDelivery, WebhookRecord)
+    from ..store.records import (
+        AliasRecord,
+        AttestationRecord,
+        AuditEvent,
+        LineageNode,
+        ModelRecord,
+        OciArtifactRecord,
+        SignatureRecord,
+        SignedAuditHead,
+        TokenRecord,
+        VersionRecord,
+        WebhookDelivery,
+        WebhookRecord,
+    )
 
 __all__ = ["MetadataStore", "VersionStore", "PushStore", "AuditLog", "AccessStore", "GovernanceStore",
            "WebhookStore", "OciArtifacts", "BlobStore", "PackWriter", "PublishRequest", "GcResult"]

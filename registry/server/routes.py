@@ -18,14 +18,14 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from ..access.scopes import ADMIN, AUDIT_READ
-from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
 from ..blobs.packed import PackedPart, check_packed
+from ..errors import AccessDeniedError, IntegrityError, NotFoundError, UsageError
 from ..format.packs import PackIndex
 from ..refs import Ref, validate_alias, validate_digest, validate_name
 from ..remote.wire import encode
+from ..store import writes
 from ..store.migrate import HEAD_REVISION, ensure_schema
 from ..store.records import LineageNode, PublishRequest
-from ..store import writes
 from . import blobio, derived, fields, ownership
 from .auth import Call, authenticated, on_blobs, on_model, on_scope, public
 from .client_events import admit_event
