@@ -71,6 +71,10 @@ fi
 t0=$SECONDS status=0
 .venv/bin/ruff check --no-cache registry tests scripts || status=$?
 tier_seconds "ruff" "$t0"
+# types ([tool.mypy] in pyproject: its strictness and its baseline); no cache kept between runs
+t0=$SECONDS
+.venv/bin/python -m mypy --cache-dir=/dev/null || status=$(( status ? status : $? ))
+tier_seconds "mypy" "$t0"
 # the docs site, warnings as errors (~3 s): a command, option or API name the pages cannot render
 # fails here (tests/unit/test_docs.py checks that each has a page)
 t0=$SECONDS

@@ -572,9 +572,9 @@ def open_mounted(registry: Registry, directory: str | Path, bundle_digest: str, 
     needed = stored_blobs(layer.manifest, packs)
     needed.discard((digest_of_bytes(layer.manifest.encode("utf-8")), len(layer.manifest.encode("utf-8"))))
     for d, n in sorted(needed):
-        f = root / blob_title(d)
-        if not f.is_file() or f.stat().st_size != n:
-            raise IntegrityError(f"{root} lacks layer {f.name} ({n} bytes) that the bundle needs",
+        layer_file = root / blob_title(d)
+        if not layer_file.is_file() or layer_file.stat().st_size != n:
+            raise IntegrityError(f"{root} lacks layer {layer_file.name} ({n} bytes) that the bundle needs",
                                  hint="the mount is incomplete or altered")
     sigs: list[dict[str, Any]] = []
     if referrers_from is not None:

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import NotFoundError, UsageError
 
@@ -107,14 +108,16 @@ def find_credential(host: str, repository: str = "") -> Credential | None:
     host = host.lower()
     for path in auth_files():
         data = _read(path)
-        helpers = data.get("credHelpers") if isinstance(data.get("credHelpers"), dict) else {}
+        raw_helpers = data.get("credHelpers")
+        helpers: dict[str, Any] = raw_helpers if isinstance(raw_helpers, dict) else {}
         helper = helpers.get(host) or data.get("credsStore")
         if isinstance(helper, str) and helper:
             found = _from_helper(helper, host, path)
             if found is not None:
                 return found
-        auths = data.get("auths") if isinstance(data.get("auths"), dict) else {}
-        best: tuple[int, dict] | None = None
+        raw_auths = data.get("auths")
+        auths: dict[str, Any] = raw_auths if isinstance(raw_auths, dict) else {}
+        best: tuple[int, dict[str, Any]] | None = None
         for key, entry in auths.items():
             h, prefix = _entry_host(str(key))
             if h != host or not isinstance(entry, dict):

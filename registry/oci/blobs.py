@@ -33,7 +33,8 @@ class OciBlobStore(HttpBlobStore):
     """The layers of one artifact in ``client``'s repository."""
 
     def __init__(self, client: OciClient, layers: Mapping[str, int], *, transfers: int = 8) -> None:
-        super().__init__(client, transfers=transfers)  # type: ignore[arg-type]  -- OciClient has send()'s shape
+        # OciClient has HttpClient's send() and base_url, all HttpBlobStore uses
+        super().__init__(client, transfers=transfers)  # type: ignore[arg-type]
         self.url = f"{client.base_url}/v2/{client.ref.repository}"
         self._layers = dict(layers)
         self.read_workers = transfers

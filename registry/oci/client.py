@@ -152,19 +152,19 @@ class OciClient:
             raise StoreError(f"the registry {self.ref.host} asks for a login at {realm_url.scheme}://"
                              f"{realm_url.host}, not over HTTPS: no credential is sent there",
                              hint="the registry's token service must use HTTPS")
-        params: list[tuple[str, str]] = []
+        params: list[tuple[str, str | int | float | bool | None]] = []
         if "service" in ch.params:
             params.append(("service", ch.params["service"]))
         for scope in ch.params.get("scope", "").split(" "):
             if scope:
                 params.append(("scope", scope))
         cred = self.credential
-        headers = {}
+        headers: dict[str, str] = {}
         try:
             if cred is not None and cred.identity_token:
                 form = {"grant_type": "refresh_token", "refresh_token": cred.identity_token, "client_id": "pt2reg",
-                        **{k: v for k, v in params if k == "service"},
-                        "scope": " ".join(v for k, v in params if k == "scope")}
+                        **{k: str(v) for k, v in params if k == "service"},
+                        "scope": " ".join(str(v) for k, v in params if k == "scope")}
                 answer = self._client.post(realm_url, data=form)
             else:
                 if cred is not None and cred.basic:
