@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -123,8 +122,11 @@ def os_error_line(exc: OSError) -> str:
 
 
 def emit_json(value: Any) -> None:
-    """The one JSON document a ``--json`` command prints on stdout."""
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+    """The one JSON document a ``--json`` command prints on stdout (``format.jsondoc``: the
+    encoder the server's answers use too)."""
+    from ..format.jsondoc import dumps
+
+    click.echo(dumps(value, indent=2))
 
 
 def warn(message: str) -> None:

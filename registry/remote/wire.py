@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from ..errors import StoreError
+from ..format.jsondoc import encode
 from ..format.times import iso_utc
 
 __all__ = ["encode", "decode", "decode_list", "parse_datetime", "format_datetime", "FEATURES_HEADER",
@@ -54,19 +55,6 @@ def parse_datetime(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def encode(value: Any) -> Any:
-    """JSON-ready form of a record (dataclass or NamedTuple), list, dict or scalar."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # NamedTuple (ChainVerdict)
-        return {k: encode(v) for k, v in zip(value._fields, value)}
-    if isinstance(value, datetime):
-        return format_datetime(value)
-    if isinstance(value, dict):
-        return {str(k): encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [encode(v) for v in value]
-    return value
 
 
 @cache

@@ -40,6 +40,9 @@ def test_every_route_refuses_tokens_for_other_models(srv: Server, tmp_path: Path
     r, member, mdigest = srv.publish(owner, "team/a", SECRET)
     assert r.status_code == 200, r.text
     assert srv.call("PUT", "/v1/alias", owner, json={"name": "team/a", "alias": "prod", "number": 1}).status_code == 200
+    pushed_oci = {"name": "team/a", "number": 1, "location": "ghcr.io/team/a", "tag": "v1",
+                  "manifest_digest": "sha256:" + "c" * 64}   # where team/a went: a listing must not say
+    assert srv.call("POST", "/v1/oci", owner, json=pushed_oci).status_code == 200
     others = {"team2": srv.token("model:team2/*:pull,push,alias,yank", owner="bob"),
               "sibling": srv.token("model:team/b:pull,push,alias,yank", owner="carl"),
               "deeper": srv.token("model:team/a/*:pull,push,alias,yank", owner="dan"),
@@ -47,7 +50,7 @@ def test_every_route_refuses_tokens_for_other_models(srv: Server, tmp_path: Path
     pull_only = srv.token("model:team/*:pull", owner="fay")
     fills = {"name": "team/a", "model": "team/a", "ref": "team/a@prod", "number": "1",
              "alias": "prod", "when": "2999-01-01T00:00:00Z", "digest": member, "uri": "s3://d",
-             "seqs": "1", "claim_id": "1", "token_id": "1", "direction": "ancestors"}
+             "seqs": "1", "claim_id": "1", "token_id": "1", "direction": "ancestors", "host": "ghcr.io"}
     body = {"name": "team/a", "model": "team/a", "alias": "prod", "number": 1, "status": "yanked",
             "reason": "x", "digests": [member], "blobs": [{"digest": member, "size": len(SECRET)}],
             "digest": mdigest, "action": "pull", "owner": "x", "scopes": ["admin"],
@@ -55,7 +58,7 @@ def test_every_route_refuses_tokens_for_other_models(srv: Server, tmp_path: Path
     public = {"/healthz", "/readyz", "/v1/keys", "/v1/openapi.json"}
     push_steps = {("post", "/v1/blobs/upload"), ("put", "/v1/blobs/{digest}"), ("post", "/v1/pending"),
                   ("head", "/v1/blobs/{digest}")}  # HEAD: push on some model (dedup), no bytes
-    listing = {"/v1/whoami", "/v1/now", "/v1/models", "/v1/lineage/dataset"}  # filtered answers
+    listing = {"/v1/whoami", "/v1/now", "/v1/models", "/v1/lineage/dataset", "/v1/oci/repositories"}  # filtered
     doc = srv.call("GET", "/v1/openapi.json").json()
     walked = 0
     for path, ops in doc["paths"].items():
