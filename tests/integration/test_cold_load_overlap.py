@@ -80,9 +80,9 @@ def _weight_chunks(bundle_path: Path) -> set[str]:
 
 class HeldStore:
     """The local store, with the chunks in ``held`` not delivered until ``release`` is set
-    (all copied: none is verified in place)."""
+    (all copied: none is verified in place: the capability declared off)."""
 
-    in_place = None
+    maps_in_place = False
 
     def __init__(self, inner, held: set[str]) -> None:
         self.inner, self.held = inner, held
