@@ -13,9 +13,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 tier=${1:-}
 if [ -z "$tier" ]; then
-  venv=.venv constraints=constraints-dev.txt
+  venv=.venv constraints=constraints-dev.txt extra=dev
 else
-  venv=.venv-$tier constraints=constraints-$tier.txt
+  venv=.venv-$tier constraints=constraints-$tier.txt extra=test   # the tests only: no docs or lint tools
   [ -f "$constraints" ] || { echo "setup-venv.sh: no $constraints for tier '$tier'" >&2; exit 2; }
 fi
 if [ ! -x "$venv/bin/python" ]; then
@@ -24,7 +24,7 @@ fi
 stamp=$venv/.pt2reg-installed
 want=$(cat pyproject.toml "$constraints" | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  "$venv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -c "$constraints" -e '.[dev]'
+  "$venv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -c "$constraints" -e ".[$extra]"
   # pip byte-compiles on one core; compileall on every core (measured on 2 cores: 84-93 s +
   # 35 s instead of 133-149 s). Files it cannot compile (torch ships one in Python 3.12
   # syntax) are skipped, as pip skips them; the rest must be compiled here, since a machine
