@@ -492,14 +492,29 @@ def describe_artifact(registry: Registry, ref: OciReference, *, insecure: bool =
     """The artifact's bundle from its manifest and bundle layer alone (checked, trusted), no
     weight fetched: what ``verify --target FILE oci://...`` and ``inspect`` need. A tag is
     read with ``allow_tag`` only; the pinned reference comes back."""
-    if not ref.pinned and not allow_tag:
-        raise UsageError(f"{ref} names a tag, which can move", hint="pin it: HOST/REPO@sha256:<hex>")
+    _refuse_tag(ref, allow_tag)
     with client_for(ref, insecure) as client:
-        pinned, _layout, layer, manifest, _packs = _read_artifact(client, ref)
-        sigs = _signatures(client, pinned, layer)
-    src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
-                             location=pinned.location)
-    return pinned, registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+        pinned, _layout, _layer, _packs, src = _trusted_artifact(registry, client, ref, require_signature)
+    return pinned, src
+
+
+def _refuse_tag(ref: OciReference, allow_tag: bool) -> None:
+    """A tag can move: only a digest pin is read, unless the caller allows a tag."""
+    if not ref.pinned and not allow_tag:
+        raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
+                         hint=f"use {ref.host}/{ref.repository}@sha256:<hex> (`pt2reg oci push` prints it), "
+                              "or pass --allow-tag")
+
+
+def _trusted_artifact(registry: Registry, client: OciClient, ref: OciReference, require_signature: Sequence[str]
+                      ) -> tuple[OciReference, ArtifactLayout, BundleLayer, PackIndex | None, MaterializedBundle]:
+    """The artifact's manifest and bundle layer checked (``_read_artifact``), its signatures
+    from the referrers, the trust policy and ``require_signature`` enforced; no weight fetched."""
+    pinned, layout, layer, manifest, packs = _read_artifact(client, ref)
+    src = MaterializedBundle(manifest, {}, _signatures(client, pinned, layer), label=str(pinned), name=layer.name,
+                             version=layer.version, location=pinned.location)
+    return pinned, layout, layer, packs, registry.enforce_trust(src, require_signature=require_signature,
+                                                                 pinned=True)
 
 
 def artifact_size(ref: OciReference, *, insecure: bool = False) -> int:
@@ -515,21 +530,14 @@ def open_artifact(registry: Registry, ref: OciReference, *, insecure: bool = Fal
     from ..oci.blobs import OciBlobStore
     from .fetch import fetch_members
 
-    if not ref.pinned and not allow_tag:
-        raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
-                         hint=f"use {ref.host}/{ref.repository}@sha256:<hex> (`pt2reg oci push` prints it), "
-                              "or pass --allow-tag")
+    _refuse_tag(ref, allow_tag)
     with client_for(ref, insecure) as client:
-        pinned, layout, layer, manifest, packs = _read_artifact(client, ref)
-        sigs = _signatures(client, pinned, layer)
-        src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
-                                 location=pinned.location)
-        src = registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+        pinned, layout, layer, packs, src = _trusted_artifact(registry, client, ref, require_signature)
         store = OciBlobStore(client, {d: desc.size for d, desc in layout.layers.items()})
         from ..parallel import gc_held
 
         with gc_held():
-            files = fetch_members(manifest, store, registry.cache, progress, index=packs)
+            files = fetch_members(src.manifest, store, registry.cache, progress, index=packs)
     import dataclasses
 
     return OciArtifact(pinned, dataclasses.replace(src, files=files), layer.build, layout)
@@ -616,20 +624,13 @@ def pull_direct(registry: Registry, ref: OciReference, out: str | Path, *, insec
     from ..parallel import gc_held
     from .pull import fill_members
 
-    if not ref.pinned and not allow_tag:
-        raise UsageError(f"{ref} names a tag, which can move: a pull pins a digest",
-                         hint=f"use {ref.host}/{ref.repository}@sha256:<hex> (`pt2reg oci push` prints it), "
-                              "or pass --allow-tag")
+    _refuse_tag(ref, allow_tag)
     with client_for(ref, insecure) as client:
-        pinned, layout, layer, manifest, packs = _read_artifact(client, ref)
-        sigs = _signatures(client, pinned, layer)
-        src = MaterializedBundle(manifest, {}, sigs, label=str(pinned), name=layer.name, version=layer.version,
-                                 location=pinned.location)
-        src = registry.enforce_trust(src, require_signature=require_signature, pinned=True)
+        pinned, layout, layer, packs, src = _trusted_artifact(registry, client, ref, require_signature)
         store = OciBlobStore(client, {d: desc.size for d, desc in layout.layers.items()})
-        fill = fill_members(manifest, store, registry.cache, packs, locked_progress(progress))
+        fill = fill_members(src.manifest, store, registry.cache, packs, locked_progress(progress))
         with gc_held():
-            write_bundle_filled(out, manifest, fill, build=layer.build, signatures=src.signatures or None)
+            write_bundle_filled(out, src.manifest, fill, build=layer.build, signatures=src.signatures or None)
     return pinned, src
 
 
@@ -641,8 +642,7 @@ def list_referrers(registry: Registry, ref: OciReference, *, insecure: bool = Fa
     from ..format.keys import key_id_of, public_key_from_pem
     from ..format.signing import OMS, check_signatures, read_public_key_file, valid_signer
 
-    if not ref.pinned and not allow_tag:
-        raise UsageError(f"{ref} names a tag, which can move", hint="pin @sha256:<hex>, or pass --allow-tag")
+    _refuse_tag(ref, allow_tag)
     known = dict(registry.trust_policy.keys())
     for path in keys:
         key = public_key_from_pem(read_public_key_file(path).encode("ascii", "replace"), f"key {path}")
