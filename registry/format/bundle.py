@@ -185,19 +185,11 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
     """
     check = not fill_digests
     with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:
-        manifest_at = writer.reserve(MANIFEST_MEMBER, len(manifest.canonical))
-        places = {}
         for member in manifest.members:
             if member.path not in sources:
                 raise IntegrityError(f"no data for bundle member {member.path!r}", member=member.path)
-            places[member.path] = writer.reserve(member.path, member.size)
-        if build:
-            writer.write_bytes(BUILD_MEMBER, canonical_json(build))
-        if signatures:
-            writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
-        out.flush()
+        manifest_at, places = _lay_out(out, writer, manifest, build, signatures)
         fd = out.fileno()
-        preallocate(fd, writer.end)
         files = _Files()
         try:
             plan, planned = [], []
@@ -236,6 +228,22 @@ def write_bundle(dest: str | os.PathLike, manifest: Manifest, sources: Mapping[s
     return manifest
 
 
+def _lay_out(out: IO[bytes], writer: DeterministicZipWriter, manifest: Manifest, build: dict[str, Any] | None,
+             signatures: list[dict[str, Any]] | None) -> tuple[int, dict[str, int]]:
+    """A bundle's zip laid out (the manifest first, every member reserved in manifest order,
+    then the build record and signatures written) and the file preallocated to its end:
+    (where the manifest goes, where each member goes)."""
+    manifest_at = writer.reserve(MANIFEST_MEMBER, len(manifest.canonical))
+    places = {m.path: writer.reserve(m.path, m.size) for m in manifest.members}
+    if build:
+        writer.write_bytes(BUILD_MEMBER, canonical_json(build))
+    if signatures:
+        writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
+    out.flush()
+    preallocate(out.fileno(), writer.end)
+    return manifest_at, places
+
+
 def write_bundle_filled(dest: str | os.PathLike, manifest: Manifest, fill: Callable[[int, Mapping[str, int]], None],
                         *, build: dict[str, Any] | None = None,
                         signatures: list[dict[str, Any]] | None = None) -> Manifest:
@@ -245,15 +253,8 @@ def write_bundle_filled(dest: str | os.PathLike, manifest: Manifest, fill: Calla
     into a cache and then copying it). The zip's CRC-32s are then read back from the file (the
     page cache), one range per chunk on every core. Atomic as ``write_bundle``."""
     with atomic_write(dest, mode=USER_FILE) as out, DeterministicZipWriter(out) as writer:
-        manifest_at = writer.reserve(MANIFEST_MEMBER, len(manifest.canonical))
-        places = {m.path: writer.reserve(m.path, m.size) for m in manifest.members}
-        if build:
-            writer.write_bytes(BUILD_MEMBER, canonical_json(build))
-        if signatures:
-            writer.write_bytes(SIGNATURES_MEMBER, canonical_json({"signatures": signatures}))
-        out.flush()
+        manifest_at, places = _lay_out(out, writer, manifest, build, signatures)
         fd = out.fileno()
-        preallocate(fd, writer.end)
         fill(fd, places)
         for member, crc in zip(manifest.members, _crcs(fd, manifest, places)):
             writer.set_crc(member.path, crc)
