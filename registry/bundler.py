@@ -112,8 +112,9 @@ def _baked_warnings(name: str, prog: ProgramSpec) -> list[str]:
 
 
 class _Builder:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, schema_memo: str | os.PathLike | None = None) -> None:
         self.work = work
+        self.schema_memo = schema_memo                   # torchrt.op_schemas' memo, or None
         self.programs: dict[str, ProgramSpec] = {}
         self.members: dict[str, Member] = {}             # path -> member entry
         self.files: dict[str, Path] = {}                 # path -> local file with its bytes
@@ -198,15 +199,15 @@ class _Builder:
                                  hint="give an AOTInductor package the same name to add it as a variant")
             member = self.add_file(f"programs/{name}.pt2", norm, "program", ranges=ranges)
             self.vetted[member] = ("exported_program", pickled_of(archive))
-            from .runtime.torchrt import op_schema, torch
-
-            torch()  # the schemas of the operators it calls are this torch's registrations
+            from .runtime.torchrt import op_schemas
 
             # the reader's description (JSON values) with the variants it lacks, then typed
             desc = ProgramSpec.from_json(name, {**archive.programs[inner_name], "variants": [
                 Variant("portable", "exported_program", member, inner_name).to_json()]})
-            desc = evolve(desc, required_ops=tuple(evolve(op, schema=op_schema(op.target)) for op in desc.required_ops),
-                          operators=tuple(evolve(op, schema=op_schema(op.target)) for op in desc.operators),
+            # the schemas of the operators it calls are this torch's registrations
+            schema = op_schemas([op.target for op in (*desc.required_ops, *desc.operators)], self.schema_memo)
+            desc = evolve(desc, required_ops=tuple(evolve(op, schema=schema[op.target]) for op in desc.required_ops),
+                          operators=tuple(evolve(op, schema=schema[op.target]) for op in desc.operators),
                           serialization=evolve(desc.serialization, archive_version=archive.archive_version))
             self.programs[name] = desc
             self.normalized[name] = (norm, archive)
@@ -310,14 +311,18 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
                  torch_requirement: str | None = None, device_types: Sequence[str] | None = None,
                  build_info: Mapping[str, Any] | None = None, trust_pickle: bool = False,
                  dim_names: Mapping[str | None, Mapping[str, str]] | None = None,
-                 vetted_dir: str | os.PathLike | None = None) -> BuildResult:
+                 vetted_dir: str | os.PathLike | None = None,
+                 schema_memo: str | os.PathLike | None = None) -> BuildResult:
     """Bundle `.pt2` files (and AOTInductor packages as variants) into ``out`` atomically.
 
     ``dim_names``: program -> {symbol (``s31``) or ``INPUT.D``: Dim name}; names are also
     carried to other programs' inputs at the same position (``registry.format.dim_names``).
     ``vetted_dir``: where this machine keeps vetting verdicts (``registry.pt2.verdicts``, the
     client cache's ``vetted-programs``); each program member vetted here gets one, so pushing
-    or loading this bundle here does not vet it again."""
+    or loading this bundle here does not vet it again. ``schema_memo``: where this machine
+    remembers the schemas of torch's operators per torch installation (the client cache's
+    ``op-schemas``, ``runtime.torchrt.op_schemas``): a bundle of known operators then needs no
+    ``import torch``."""
     if not programs:
         raise UsageError("no programs given", hint="pass PATH.pt2 or NAME=PATH.pt2")
     meta = {}
@@ -330,7 +335,7 @@ def build_bundle(out: str | os.PathLike, programs: Sequence[ProgramInput], *,
         raise UsageError(f"output {out} is a directory")
     work = Path(tempfile.mkdtemp(prefix="pt2reg-bundle-"))
     try:
-        b = _Builder(work)
+        b = _Builder(work, schema_memo)
         for i, src in enumerate(programs):
             b.add_program(src, i)
         from .format.dim_names import name_dims

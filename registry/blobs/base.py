@@ -161,6 +161,11 @@ class BlobStore(Protocol):
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream (the caller verifies)."""
 
+    def local_file(self, digest: str, size: int | None = None) -> os.PathLike[str] | None:
+        """The local file holding the blob, for a reader that verifies what it copies (a pull
+        writes a bundle from a local store's files in one pass, each chunk hashed); None for a
+        store whose blobs are not local files. ``NotFoundError`` when a local one is missing or
+        has another size than ``size``."""
 
     def read_range(self, digest: str, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes starting at byte ``offset`` of the blob: one stretch of a

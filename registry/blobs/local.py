@@ -349,6 +349,19 @@ class LocalBlobStore:
         file that nobody else may write: ``blobs.inplace``), else None (copy it)."""
         return in_place_file(self._path(digest), size=size)
 
+    def local_file(self, digest: str, size: int | None = None) -> Path:
+        """The blob's file (the caller hashes what it reads); ``NotFoundError`` if missing or
+        not ``size`` bytes."""
+        path = self._path(digest)
+        try:
+            st = path.stat()
+        except FileNotFoundError as exc:
+            raise self._missing(digest) from exc
+        if size is not None and st.st_size != size:
+            raise NotFoundError(f"blob {digest} in {self.url} has {st.st_size} bytes, not {size}: damaged",
+                                what="blob", name=digest, hint="run `pt2reg audit --verify`")
+        return path
+
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified file; ``NotFoundError`` if missing."""
         try:

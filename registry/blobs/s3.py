@@ -425,6 +425,9 @@ class S3BlobStore:
             finally:
                 body.close()
 
+    def local_file(self, digest: str, size: int | None = None) -> None:
+        return None   # remote blobs: fetched, never read as local files
+
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified object body (a botocore ``StreamingBody``); close it when done."""
         return self._get_object(digest)["Body"]

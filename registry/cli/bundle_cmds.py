@@ -103,7 +103,8 @@ def bundle(app: App, programs: tuple[str, ...], out: str, samples: tuple[str, ..
                           torch_requirement=torch_requirement, device_types=device_types or None,
                           build_info=build_info(), trust_pickle=trust_pickle, dim_names=dim_names,
                           # the home's cache, where push and load look (no database is opened)
-                          vetted_dir=verdicts_dir(app.settings.cache_dir))
+                          vetted_dir=verdicts_dir(app.settings.cache_dir),
+                          schema_memo=app.settings.cache_dir / "op-schemas")
     if as_json:
         emit_json({"path": str(result.path), "digest": result.digest, "warnings": list(result.warnings),
                    "notes": list(result.notes),

@@ -174,7 +174,7 @@ def verify(app: App, source: str, device: Device | None, target_file: str | None
     src = app.registry.describe(source, require_signature=pubkeys) if metadata_only else _open(app, source, pubkeys)
     t = _target_for(src, device, target_file, imports, libraries)
     report = verify_bundle(src, device=device, target=t, trust_pickle=trust_pickle, trust_native=trust_native,
-                           read_members=not metadata_only or bool(src.files))
+                           read_members=not metadata_only or bool(src.files or src.ranges))
     signed = _signature_lines(app, src, pubkeys)
     if as_json:
         emit_json({**report.to_json(), "digest": src.digest, "device": str(device or t.device_type),

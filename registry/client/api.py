@@ -368,19 +368,35 @@ class Registry:
         """Rebuild the bundle file for ``ref`` at ``out``, verifying every member on the way.
 
         With ``require_signature`` (public key paths), the version must carry a valid signature
-        by one of them. Both it and the trust policy are enforced by ``materialize`` before any
-        blob is fetched (exit 5 naming the model and the missing signer). The members are kept in
-        the cache (a pinned ref pulled again is served from it, without the database).
+        by one of them. Both it and the trust policy are enforced before any blob is fetched
+        (exit 5 naming the model and the missing signer). Every byte is written once, into
+        ``out`` (``client.pull.pull_direct``), each chunk checked against its sha256 as it is
+        written; the cache records where the members lie verified in ``out``, so a pinned ref
+        pulled or loaded again is served from there (without the database) while ``out`` is
+        unchanged. Members verified on this machine already are copied from where they lie.
         """
-        from .pull import Located, rebuild_bundle
+        from .pull import Located, pull_direct, rebuild_bundle
 
         where = ref if isinstance(ref, Located) else self.locate(ref)
         # a cached pin needs the database for its number, status and build record only
         version = where.version or self.meta.resolve(Ref(where.ref.name, digest=where.ref.digest))
-        if where.pinned is not None:  # the database was asked after all: its number, its signatures
-            where = Located(where.ref, version=version)
-        src = self.materialize(where, progress=progress, require_signature=require_signature)
-        return rebuild_bundle(src, version, out, self.meta.build_info(version.name, version.number))
+        build = self.meta.build_info(version.name, version.number)
+        if where.cached is not None:   # every member verified here: copied from where it lies
+            src = self.materialize(where, progress=progress, require_signature=require_signature)
+            result = rebuild_bundle(src, version, out, build)
+            if src.ranges:   # served from a bundle a pull wrote: this file serves it next
+                from ..format.bundle import BundleFile
+
+                self.cache.remember_bundle(BundleFile.open(out))
+            return result
+
+        def enforce(src: MaterializedBundle) -> MaterializedBundle:
+            return self.enforce_trust(src, require_signature=require_signature, pinned=where.ref.is_pinned)
+
+        result = pull_direct(self.meta, self.blobs, self.cache, version, out, build=build, enforce_trust=enforce,
+                             progress=progress)
+        self._audit(result.source, str(where.ref), "pull")
+        return result
 
     # -- OCI delivery ---------------------------------------------------------------------
     def oci_push(self, ref: str | Ref, target: str | OciReference, *, insecure: bool = False,

@@ -184,7 +184,7 @@ def _large_parts(member: Member) -> list[Part]:
 def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progress: ProgressFn | None, *,
                   skip: Collection[str] = (), index: IndexSource = None) -> dict[str, Path]:
     """Every member of ``manifest`` as a verified file in ``cache`` (fetched from ``blobs``
-    unless already cached intact), and the manifest itself cached; ``{member path: file}``.
+    unless already cached intact, or copied from a bundle a pull wrote), and the manifest itself cached; ``{member path: file}``.
     ``skip``: member paths left out (being fetched by the caller); ``index``: the version's
     pack index (where its small chunks are stored), or how to read it when it is needed."""
     files = {}
@@ -193,6 +193,10 @@ def fetch_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, progre
             continue
         path = cache.member_path(m)
         if not cache.usable_member(m):
+            pulled = cache.member_in_bundle(m)   # verified in a bundle a pull wrote: copied from there
+            if pulled is not None:
+                files[m.path] = cache.put_member(m, pulled, progress, label=f"{pulled.path}: member {m.path}")
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             if m.chunks:
                 assemble_member(m, blobs, path, progress, index)
@@ -489,8 +493,8 @@ def fetch_members_deferred(manifest: Manifest, blobs: BlobStore, cache: BlobCach
     files: dict[str, Path] = {}
     try:
         for m in manifest.members:
-            if not m.chunks or cache.usable_member(m):
-                continue
+            if not m.chunks or cache.usable_member(m) or cache.member_in_bundle(m) is not None:
+                continue   # copied by fetch_members below
             fetch = _MemberFetch(m, blobs, cache.member_path(m), progress, index)
             fetches.append(fetch)
             deferred, records, spans = _defer_plan(fetch, f"member {m.path}")

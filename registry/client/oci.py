@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..blobs.base import ProgressFn, locked_progress
 from ..digests import canonical_json, digest_of_bytes
 from ..errors import IntegrityError, NotFoundError, SignatureError, UsageError
-from ..format.bundle import FileRange, write_bundle
+from ..format.bundle import write_bundle
 from ..format.manifest import Manifest, stored_blobs
 from ..format.packs import PackIndex
 from ..oci.client import READ_PIECE, OciClient
@@ -605,9 +605,7 @@ def open_mounted(registry: Registry, directory: str | Path, bundle_digest: str, 
 def pull_to_file(artifact: OciArtifact, out: str | Path) -> Path:
     """Write ``artifact``'s bundle at ``out`` (atomically): the bytes ``pt2reg pull`` writes."""
     src = artifact.source
-    sizes = {m.path: m.size for m in src.manifest.members}
-    sources = {path: FileRange(p, 0, sizes[path]) for path, p in src.files.items()}
-    write_bundle(out, src.manifest, sources, build=artifact.build, signatures=src.signatures or None)
+    write_bundle(out, src.manifest, src.member_sources(), build=artifact.build, signatures=src.signatures or None)
     return Path(out)
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..store.records import VersionRecord
 
 __all__ = ["Located", "PullResult", "describe_version", "fetch_version", "fetch_pinned", "rebuild_bundle",
-           "fill_members"]
+           "pull_direct", "fill_members", "local_sources"]
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,7 @@ def rebuild_bundle(src: MaterializedBundle, version: VersionRecord, out: str | o
                    build: dict | None) -> PullResult:
     """Write the bundle file of a materialized version at ``out`` (atomically), with its build
     record and signatures; a yanked or deprecated version says so in the warnings."""
-    sizes = {m.path: m.size for m in src.manifest.members}
-    sources = {path: FileRange(p, 0, sizes[path]) for path, p in src.files.items()}
-    write_bundle(out, src.manifest, sources, build=build, signatures=src.signatures or None)
+    write_bundle(out, src.manifest, src.member_sources(), build=build, signatures=src.signatures or None)
     warnings = []
     if version.status in ("yanked", "deprecated"):
         warnings.append(f"{version.name}@{version.number} is {version.status}: {version.status_reason}")
@@ -153,17 +151,97 @@ def fill_members(manifest: Manifest, blobs: BlobStore, cache: BlobCache, index: 
     straight into their places (``client.fetch.fetch_parts``, each chunk verified against its
     sha256 as it arrives: a chunk that does not match is ``IntegrityError`` and nothing is left)."""
     from ..blobs.base import Part
-    from ..format.bundle import FileRange, copy_member
+    from ..format.bundle import copy_member
     from .fetch import fetch_parts, member_parts
 
     def fill(fd: int, places: Mapping[str, int]) -> None:
         for m in manifest.members:
             at = places[m.path]
-            if cache.usable_member(m):
-                copy_member(m, [FileRange(cache.member_path(m), 0, m.size)], fd, progress=progress, at=at)
+            found = cache.member_source(m)
+            if found is not None:
+                copy_member(m, [found], fd, progress=progress, at=at)
             elif m.chunks:
                 fetch_parts(blobs, fd, [p._replace(offset=p.offset + at) for p in member_parts(m, index)],
                             progress=progress)
             else:
                 blobs.get_parts(fd, [Part(m.digest, at, m.size)], progress=progress)
     return fill
+
+
+def local_sources(manifest: Manifest, blobs: BlobStore, cache: BlobCache,
+                  index: PackIndex | None) -> dict[str, list[FileRange]] | None:
+    """Where each member's bytes lie as local files (members verified on this machine where
+    ``BlobCache.member_source`` finds them, the others chunk by chunk in a local store's blob
+    and pack files), for ``write_bundle`` to copy in one pass, each chunk hashed against the
+    manifest as it is written; None when the store's blobs are not local files (they are
+    fetched: ``fill_members``)."""
+    from ..blobs.packed import PackedPart
+    from .fetch import member_parts
+
+    out: dict[str, list[FileRange]] = {}
+    for m in manifest.members:
+        found = cache.member_source(m)
+        if found is not None:
+            out[m.path] = [found]
+            continue
+        ranges: list[FileRange] = []
+        for p in (member_parts(m, index) if m.chunks else [None]):
+            if p is None:
+                path = blobs.local_file(m.digest, m.size)
+                at, n = 0, m.size
+            elif type(p) is PackedPart:
+                path = blobs.local_file(p.pack)
+                at, n = p.pack_offset, p.size
+            else:
+                path = blobs.local_file(p.digest, p.size)
+                at, n = 0, p.size
+            if path is None:
+                return None
+            ranges.append(FileRange(Path(path), at, n))
+        out[m.path] = ranges
+    return out
+
+
+def pull_direct(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version: VersionRecord,
+                out: str | os.PathLike[str], *, build: dict | None,
+                enforce_trust: Callable[[MaterializedBundle], MaterializedBundle],
+                progress: ProgressFn | None = None) -> PullResult:
+    """``version``'s bundle file at ``out`` (atomically), every byte written once: the trust
+    policy enforced on its manifest and signatures first, then every member written into its
+    place (from a local store's files, or fetched chunk by chunk), each chunk hashed against
+    the manifest as it is written. The cache is not given a second copy: it records where the
+    members lie verified in ``out`` (``BlobCache.remember_bundle``) with the manifest, signatures,
+    name and pack index, so a pinned ref pulled again is served from there without the
+    database or the store, as long as ``out`` is unchanged."""
+    from ..blobs.base import locked_progress
+    from ..format.bundle import BundleFile, write_bundle_filled
+    from ..parallel import gc_held
+
+    src = describe_version(meta, version, enforce_trust=enforce_trust)
+    label = f"{version.name}@{version.number}"
+    index = PackIndex.from_stored(version.packs_json, label)
+    with gc_held():
+        local = local_sources(src.manifest, blobs, cache, index)
+        written = False
+        if local is not None:   # a local store: copied from its files as the bundle is written (one pass)
+            try:
+                write_bundle(out, src.manifest, local, build=build, signatures=src.signatures or None,
+                             progress=progress)
+                written = True
+            except (IntegrityError, OSError):
+                # a damaged store file (its bytes, or one cut short): nothing was written; the
+                # fetch below reads each blob and pack within its bounds and names the one at fault
+                pass
+        if not written:
+            write_bundle_filled(out, src.manifest, fill_members(src.manifest, blobs, cache, index,
+                                                                locked_progress(progress)),
+                                build=build, signatures=src.signatures or None)
+    cache.put_manifest(src.manifest)
+    cache.remember_signatures(version.digest, src.signatures)   # what a later cached pin is served with
+    cache.remember_name(version.digest, version.name)
+    cache.remember_packs(version.digest, version.packs_json, blobs.url)
+    cache.remember_bundle(BundleFile.open(out))
+    warnings = []
+    if version.status in ("yanked", "deprecated"):
+        warnings.append(f"{version.name}@{version.number} is {version.status}: {version.status_reason}")
+    return PullResult(Path(out), version, src, tuple(warnings))

@@ -178,6 +178,54 @@ class BlobCache:
         with atomic_write(self._in_place_stamp(member), fsync=False) as f:
             f.write(self._in_place_line(segments).encode("ascii"))
 
+    # -- members verified inside a bundle file a pull wrote (``client.pull.pull_direct``) -------
+    def _in_bundle_stamp(self, member: Member) -> Path:
+        return self.root / blob_relpath(member.digest, under="verified-in-bundle")
+
+    def remember_bundle(self, bundle: BundleFile) -> None:
+        """Record that every member of ``bundle`` (a file a pull just wrote, each chunk verified
+        against its sha256 as it was written) lies verified where it is in that file as it is now
+        (its identity: inode, size, mtime, ctime, and this boot), so a pinned ref pulled again is
+        served from it with no network and no database (``member_in_bundle``) although the pull
+        wrote every byte once, into the bundle, not into the cache as well."""
+        try:
+            fd = os.open(bundle.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        where = os.path.abspath(bundle.path)
+        identity = f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {_BOOT_ID}"
+        for m in bundle.manifest.members:
+            offset, size = bundle.member_span(m.path)
+            with atomic_write(self._in_bundle_stamp(m), fsync=False) as f:
+                f.write(f"{offset} {size} {identity}\n".encode("ascii") + os.fsencode(where))
+
+    def member_in_bundle(self, member: Member) -> FileRange | None:
+        """Where ``member`` lies verified in a bundle file a pull wrote (``remember_bundle``), if
+        that file is still as it was then (any write, ``chmod``, rename or replacement moves its
+        ctime or inode; a reboot voids it); None otherwise."""
+        try:
+            head, _, where = self._in_bundle_stamp(member).read_bytes().partition(b"\n")
+            offset, size, identity = head.decode("ascii").split(" ", 2)
+            path = Path(os.fsdecode(where))
+            st = os.stat(path)
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        if identity != f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {_BOOT_ID}" \
+                or int(size) != member.size:
+            return None
+        return FileRange(path, int(offset), member.size)
+
+    def member_source(self, member: Member) -> FileRange | None:
+        """Where a verified copy of ``member`` lies on this machine: its cache file
+        (``usable_member``) or its range of a bundle a pull wrote (``member_in_bundle``)."""
+        if self.usable_member(member):
+            return FileRange(self.member_path(member), 0, member.size)
+        return self.member_in_bundle(member)
+
     def _verify_member(self, member: Member) -> bool:
         path = self.member_path(member)
         if os.path.getsize(path) != member.size:
@@ -250,13 +298,25 @@ class BlobCache:
 
     def pinned_bundle(self, ref: Ref, manifest: Manifest) -> MaterializedBundle | None:
         """A digest-pinned ref whose ``manifest`` (``pinned`` returned it) and members are all
-        cached intact: no DB, no store."""
-        files = {}
+        cached intact, or verified in a bundle file a pull wrote (``ranges``): no DB, no store."""
+        files: dict[str, Path] = {}
+        ranges: dict[str, FileRange] = {}
         for m in manifest.members:
-            if not self.usable_member(m):  # a damaged entry is evicted: fetched again
+            if self.usable_member(m):  # a damaged entry is evicted: fetched again
+                files[m.path] = self.member_path(m)
+                continue
+            found = self.member_in_bundle(m)   # a pull wrote it into a bundle file, not the cache
+            if found is None:
                 return None
-            files[m.path] = self.member_path(m)
-        return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name)
+            ranges[m.path] = found
+
+        def complete(path: str) -> Path:   # a member wanted as a file: copied in, checked on the way
+            member = manifest.member(path)
+            assert member is not None
+            return self.put_member(member, ranges[path], label=f"{ranges[path].path}: member {path}")
+
+        return MaterializedBundle(manifest, files, self.signatures(ref.digest), label=str(ref), name=ref.name,
+                                  ranges=ranges, complete=complete if ranges else None)
 
     def pinned_manifest(self, ref: Ref, manifest: Manifest, store: str) -> PinnedManifest | None:
         """For a digest pin ``pinned_bundle`` cannot serve (some member not cached, e.g. its
@@ -408,6 +468,9 @@ class MaterializedBundle:
     #: where it was read from when that is not this registry: ``HOST/REPOSITORY`` of an OCI
     #: artifact (what a trust rule's ``oci`` globs match; the artifact cannot choose it)
     location: str | None = None
+    #: members verified where they lie in a bundle file a pull wrote (``BlobCache.member_in_bundle``),
+    #: not in ``files``: ``member_file`` copies one into the cache when a file is wanted
+    ranges: dict[str, FileRange] = field(default_factory=dict, compare=False)
 
     @property
     def digest(self) -> str:
@@ -428,6 +491,15 @@ class MaterializedBundle:
         """Records of member ``path`` torch maps from a local store's files (``blobs.inplace``
         segments) while this bundle is pending: not in ``member_file``'s file."""
         return self.pending.in_place.get(path, ()) if self.pending is not None else ()
+
+    def member_sources(self) -> dict[str, FileRange]:
+        """Where each member's verified bytes lie (its file, or its range of a pulled bundle),
+        for a writer that copies them (``rebuild_bundle``): nothing is copied into the cache."""
+        out = {}
+        for m in self.manifest.members:
+            found = self.ranges.get(m.path) if m.path not in self.files else None
+            out[m.path] = found if found is not None else FileRange(self.member_file(m.path), 0, m.size)
+        return out
 
     def member_file(self, path: str) -> Path:
         """The verified file of member ``path`` (while pending: see ``unverified`` and

@@ -346,6 +346,9 @@ class HttpBlobStore:
             self._fetch(target, writer, None, threading.Event())
         return out.getvalue()
 
+    def local_file(self, digest: str, size: int | None = None) -> None:
+        return None   # remote blobs: fetched, never read as local files
+
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream of the blob (the caller verifies); close it when done."""
         target = self.download_targets([digest])[digest]

@@ -131,7 +131,7 @@ def compile_version(registry: Registry, ref: str, *, programs: Sequence[str] = (
         meta_keys = {f"compiled.{c.program}.{c.variant}": json.dumps({**info, "aoti": c.target}, sort_keys=True,
                                                                        default=str) for c in compiled}
         bundle = work / "compiled.pt2b"
-        built = add_variants(bundle, manifest, src.files, packages, metadata=meta_keys,
+        built = add_variants(bundle, manifest, {m.path: src.member_file(m.path) for m in manifest.members}, packages, metadata=meta_keys,
                              vetted_dir=verdicts_dir(registry.cache_dir))  # the push below skips the check
         opened = registry.open_file(bundle)
         # we compiled these libraries ourselves, just now (native code allowed), but their first

@@ -52,8 +52,15 @@ def test_damaged_cache_entries_are_fetched_again_never_loaded(reg_env, bundles, 
     r = reg_env.cli("pull", "ed@1", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == good.read_bytes()
+    # pull -o writes every byte once, into the bundle: the damaged entry was dropped, not used,
+    # and not written again; a run copies the member in from the bundle the pull verified
+    assert not _cache_file(reg_env, program.digest).exists()
+    assert reg_env.cli("run", pin, "--samples").returncode == 0
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == program.sha256
 
-    # the store is damaged as well: nothing good to fetch, so exit 5, one line, no output
+    # the store is damaged as well, and the pulled bundle changed: nothing good to fetch, so
+    # exit 5, one line, no output
+    _flip(out, where=out.stat().st_size // 2)
     for m in src.manifest.members:
         if m.path == program.path:
             for digest in ([f"sha256:{c}" for c, _ in m.chunks] or [m.digest]):

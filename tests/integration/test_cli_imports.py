@@ -93,3 +93,33 @@ def test_the_check_sees_a_forbidden_module():
     """The guard itself: a module the command did import is found under its prefix."""
     assert loaded({"torch._C", "sqlalchemy.dialects.postgresql.base", "registry.store"}, FORBIDDEN) == \
         ["sqlalchemy.dialects.postgresql.base", "torch._C"]
+
+
+def _digest(path: Path) -> str:
+    from registry.format.bundle import BundleFile
+
+    return BundleFile.open(path).digest
+
+
+def test_a_bundle_of_known_operators_does_not_import_torch(tmp_path, pt2_dir):
+    """The first bundle with this torch imports it once for the schemas of the program's operators
+    and remembers them (cache/op-schemas, keyed by the torch installation); the next bundle of
+    programs calling those operators needs no torch at all, and writes the same bytes. A custom
+    op's schema is never remembered: that program imports torch each time."""
+    home = tmp_path / "home"
+    first = imported_by(tmp_path, home, "bundle", str(pt2_dir / "decoder.pt2"), "-o", str(tmp_path / "a.pt2b"))
+    assert "torch" in first
+    memo = list((home / "cache" / "op-schemas").glob("*.json"))
+    assert len(memo) == 1 and all(k.startswith("torch.ops.aten.") for k in json.loads(memo[0].read_text()))
+    again = imported_by(tmp_path, home, "bundle", str(pt2_dir / "decoder.pt2"), "-o", str(tmp_path / "b.pt2b"))
+    assert loaded(again, ("torch", "numpy")) == []
+    assert _digest(tmp_path / "a.pt2b") == _digest(tmp_path / "b.pt2b")   # the same manifest, schemas included
+
+    memo[0].write_text("{not json")   # damaged: asked of torch again, and rewritten
+    imported_by(tmp_path, home, "bundle", str(pt2_dir / "decoder.pt2"), "-o", str(tmp_path / "c.pt2b"))
+    assert json.loads(memo[0].read_text()) and _digest(tmp_path / "c.pt2b") == _digest(tmp_path / "a.pt2b")
+
+    custom = imported_by(tmp_path, home, "bundle", "--import", "tests.make_models", str(pt2_dir / "custom_op.pt2"),
+                         "-o", str(tmp_path / "d.pt2b"))
+    assert "torch" in custom
+    assert not any(k.split(".")[2] == "pt2reg_test" for k in json.loads(memo[0].read_text()))

@@ -52,6 +52,7 @@ from .ops import (
                       has_kernel,
                       op_schema,
                       op_schema_digests,
+                      op_schemas,
                       registered_custom_ops,
                       serde_schema_version,
                       torchbind_classes,
@@ -70,7 +71,7 @@ from .pytrees import (
 )
 from .version import check_torch_version, environment, import_modules, load_libraries, quiet_torch, torch
 
-__all__ = ["torch", "check_torch_version", "save_exported_program", "dim_names_of", "op_schema",
+__all__ = ["torch", "check_torch_version", "save_exported_program", "dim_names_of", "op_schema", "op_schemas",
            "load_exported_program", "load_inputs_file", "flatten_outputs", "environment", "import_modules",
            "load_libraries", "quiet_torch", "torch_loading", "restore_guards", "DISPATCH_KEYS", "serde_schema_version",
            "has_kernel", "registered_custom_ops", "all_op_schemas", "op_schema_digests", "torchbind_classes",

@@ -3,20 +3,23 @@ classes, every registered schema (``registry.pt2.op_effects``), the serde schema
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import re
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...pt2.graph import BUILTIN_OP_NAMESPACES
 from ...pt2.op_effects import OpSchema
-from .version import torch
+from .version import installation_key, torch
 
 if TYPE_CHECKING:
     pass
 
 
-__all__ = ['op_schema', 'DISPATCH_KEYS', 'serde_schema_version', 'has_kernel', 'registered_custom_ops', 'all_op_schemas', 'op_schema_digests', 'torchbind_classes']
+__all__ = ['op_schema', 'op_schemas', 'DISPATCH_KEYS', 'serde_schema_version', 'has_kernel', 'registered_custom_ops', 'all_op_schemas', 'op_schema_digests', 'torchbind_classes']
 
 
 def op_schema(target: str) -> str | None:
@@ -31,6 +34,43 @@ def op_schema(target: str) -> str | None:
         return str(getattr(packet, parts[4])._schema)
     except (AttributeError, RuntimeError):
         return None
+
+
+def op_schemas(targets: Iterable[str], memo_dir: str | os.PathLike[str] | None = None) -> dict[str, str | None]:
+    """``op_schema`` of each op target, torch imported for it unless ``memo_dir`` answers them all.
+
+    ``memo_dir`` (the client cache's ``op-schemas``) keeps the schemas of torch's built-in
+    operators per torch installation, named by its files' identity (found without importing
+    it: ``installation_key``), so a ``pt2reg bundle`` of a program whose every op was seen on
+    this machine with this torch needs no ``import torch`` (~1.2 s of the command). A custom op
+    (any other namespace) and a target not registered are always asked of torch: their schemas
+    depend on the libraries this process loaded. A memo that does not parse is rebuilt."""
+    wanted = list(dict.fromkeys(targets))
+    key = installation_key() if memo_dir is not None else None
+    memo = Path(memo_dir) / f"{key}.json" if memo_dir is not None and key is not None else None
+    known: dict[str, str] = {}
+    if memo is not None:
+        try:
+            raw = json.loads(memo.read_text("utf-8"))
+            known = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+        except (OSError, ValueError, AttributeError):
+            known = {}
+        if "torch" not in sys.modules and all(t in known for t in wanted):
+            return {t: known[t] for t in wanted}
+    torch()
+    out = {t: op_schema(t) for t in wanted}
+    new = {t: s for t, s in out.items() if s is not None and known.get(t) != s and _builtin_target(t)}
+    if memo is not None and new:
+        from ...atomic import atomic_write
+
+        with atomic_write(memo, fsync=False) as f:
+            f.write(json.dumps({**known, **new}, sort_keys=True).encode("utf-8"))
+    return out
+
+
+def _builtin_target(target: str) -> bool:
+    parts = target.split(".")
+    return len(parts) == 5 and parts[2] in BUILTIN_OP_NAMESPACES
 
 
 # -- the dispatcher, devices and AOTInductor ------------------------------------------------------

@@ -3,14 +3,18 @@ libraries imported for their operators; torch's own logging kept quiet."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import platform
 import re
+import runpy
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import IncompatibleError, UsageError
@@ -19,7 +23,7 @@ if TYPE_CHECKING:
     pass
 
 
-__all__ = ['torch', 'check_torch_version', 'environment', 'import_modules', 'load_libraries', 'quiet_torch']
+__all__ = ['torch', 'check_torch_version', 'environment', 'installation_key', 'installed_version', 'import_modules', 'load_libraries', 'quiet_torch']
 
 
 _torch_checked = False   # whether this process's torch passed ``check_torch_version``
@@ -90,13 +94,20 @@ def quiet_torch() -> Iterator[None]:
 
 
 def environment() -> dict[str, str | None]:
-    """python/torch/platform/cuda of this process, without host or user (part of identity)."""
+    """python/torch/platform/cuda of this process, without host or user (part of identity).
+    Read from torch's own ``version.py`` when torch is not imported yet (``installed_version``:
+    the same strings, and a ``pt2reg bundle`` need not import torch for them), its floor checked."""
     env: dict[str, str | None] = {
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",
         "torch": None,
         "cuda": None,
     }
+    found = installed_version() if "torch" not in sys.modules else None
+    if found is not None:
+        check_torch_version(found[0])
+        env["torch"], env["cuda"] = found
+        return env
     try:
         t = torch()
         env["torch"] = str(t.__version__)
@@ -104,3 +115,53 @@ def environment() -> dict[str, str | None]:
     except ImportError:
         pass
     return env
+
+
+def _torch_root() -> Path | None:
+    """The installed torch package's folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent
+
+
+def installed_version() -> tuple[str, str | None] | None:
+    """(``torch.__version__``, ``torch.version.cuda``) of the installed torch, read by running
+    its ``version.py`` alone (generated at build time: constants only), not importing torch;
+    None when there is none or it does not say."""
+    root = _torch_root()
+    if root is None or not (root / "version.py").is_file():
+        return None
+    try:
+        values = runpy.run_path(str(root / "version.py"), run_name="_pt2reg_torch_version")
+    except Exception:  # noqa: BLE001 - an unusual build: torch itself is asked instead
+        return None
+    version, cuda = values.get("__version__"), values.get("cuda")
+    if not isinstance(version, str) or not (cuda is None or isinstance(cuda, str)):
+        return None
+    return version, cuda
+
+
+def installation_key() -> str | None:
+    """Names the installed torch without importing it: a digest of its package path, its
+    ``version.py`` (version and git commit) and the identity (inode, size, mtime) of its
+    compiled libraries. A reinstall, an upgrade or another environment gives another key;
+    None when torch is not installed."""
+    root = _torch_root()
+    if root is None:
+        return None
+    h = hashlib.sha256(str(root).encode("utf-8", "surrogateescape"))
+    try:
+        h.update((root / "version.py").read_bytes())
+    except OSError:
+        return None
+    for lib in sorted(p for pattern in ("lib/libtorch_cpu.*", "lib/torch_cpu.*", "_C.*") for p in root.glob(pattern)):
+        try:
+            st = lib.stat()
+        except OSError:
+            continue
+        h.update(f"\n{lib.name} {st.st_ino} {st.st_size} {st.st_mtime_ns}".encode())
+    return h.hexdigest()[:32]
