@@ -1,9 +1,10 @@
 """Command-line start-up: ``pt2reg --help``, ``list``, ``show``, ``push``, ``pull`` (tiny bundle).
 
-Wall time of the whole process (medians), beside the bare interpreter (``python -c pass``), and
-the CPU time of each process (user + system, its children included: what a busy machine
-distorts least) against ``python -c "import sqlalchemy"`` (issue 45: list, show, push and pull
-within 2x of it). ``python -X importtime -m registry.cli ...`` tells what each command imports:
+Wall time of the whole process (medians) against ``python -c "import sqlalchemy"`` (issue 45:
+list, show, push and pull each within 2x of it; the pull is cold, its cache emptied first),
+``--help`` against the bare interpreter (``python -c pass``), and the CPU time of each process
+(user + system, its children included: what a busy machine distorts least) against that of
+``import sqlalchemy``. ``python -X importtime -m registry.cli ...`` tells what each command imports:
 whether torch is among it, the total import time and the heaviest top-level imports. The
 registry's bytecode is compiled first, as ``pip install`` leaves it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import compileall
 import re
 import resource
+import shutil
 
 from _common import PT2REG, PYTHON, REPO, Row, median, models, parse_args, report, run, scratch, side_by_side
 
@@ -60,6 +62,13 @@ def main() -> None:
             "pt2reg pull bench@1": [PT2REG, *home, "pull", "bench@1", "-o", str(work / "out.pt2b")],
         }
         cases = {k: (lambda c=c: run(c)) for k, c in commands.items()}
+        cache = work / "home" / "cache"
+
+        def cold_pull(c: list[str] = commands["pt2reg pull bench@1"]) -> None:
+            shutil.rmtree(cache, ignore_errors=True)   # a cold pull: nothing cached (~1 ms of a few files)
+            run(c)
+
+        cases["pt2reg pull bench@1"] = cold_pull
         side_by_side(1, cases)  # warm-up: .pyc files, page cache
         t = side_by_side(args.reps, cases)
         cpu: dict[str, list[float]] = {k: [] for k in commands}
@@ -70,12 +79,14 @@ def main() -> None:
         imports = {k: importtime(c[1:]) for k, c in commands.items() if c[0] == PT2REG}
     base = median(t["python -c pass"])
     sqla_cpu = median(cpu["python -c 'import sqlalchemy'"])
+    sqla_wall = median(t["python -c 'import sqlalchemy'"])
     rows = []
     for k, times in t.items():
         if k == "python -c pass":
             rows.append(Row("python -c pass (interpreter start-up)", base))
             continue
         if k.startswith("python -c 'import"):
+            rows.append(Row(k, sqla_wall, note="the yardstick of the wall rows (issue 45: each within 2x)"))
             rows.append(Row(f"{k}, CPU time", sqla_cpu, note="the yardstick of the CPU rows"))
             continue
         if k != "pt2reg --help":
@@ -83,11 +94,15 @@ def main() -> None:
             rows.append(Row(f"{k}, CPU time", median(cpu[k]), sqla_cpu, target="<= 2x import sqlalchemy",
                             ok=ratio <= 2.0, note=f"modules imported: {imports[k]['modules']}"))
         imp = imports[k]
-        target, ok = ("< 0.5 s", median(times) < 0.5) if k == "pt2reg --help" else ("no torch", not imp["torch"])
-        rows.append(Row(k, median(times), base, target=target, ok=ok,
+        if k == "pt2reg --help":
+            raw, target, ok = base, "< 0.5 s", median(times) < 0.5
+        else:   # wall time against `import sqlalchemy` (issue 45), and no torch
+            raw, target = sqla_wall, "<= 2x import sqlalchemy, no torch"
+            ok = median(times) <= 2 * sqla_wall and not imp["torch"]
+        rows.append(Row(k, median(times), raw, target=target, ok=ok,
                         note=f"torch imported: {'YES' if imp['torch'] else 'no'}; imports {imp['total_ms']:.0f} ms, "
                              f"heaviest: " + ", ".join(f"{n} {ms_:.0f} ms" for n, ms_ in imp["heaviest"][:3])))
-    report("cli", "Command-line start-up (raw = bare interpreter; CPU rows: raw = import sqlalchemy)", rows, args,
+    report("cli", "Command-line start-up (raw = import sqlalchemy, wall and CPU; --help: bare interpreter)", rows, args,
            {"timings": t, "cpu_seconds": cpu, "importtime": imports,
             "commands": {k: " ".join(c) for k, c in commands.items()}})
 

@@ -34,6 +34,7 @@ compiled first (``compileall``), as ``pip install`` leaves it: a machine that se
     .venv/bin/python benchmarks/bench_commands.py --sizes 200 --shapes mixed --reps 5
     .venv/bin/python benchmarks/bench_commands.py --quick                # smoke test: 8 MiB, 1 repetition
     .venv/bin/python benchmarks/bench_commands.py --sizes 2048 --shapes mixed --s3   # issue 45's table, S3 too
+    .venv/bin/python benchmarks/bench_commands.py --sizes 2048 --shapes mixed --s3 --ops "push s3,pull s3"
 """
 from __future__ import annotations
 
@@ -235,7 +236,7 @@ _BOTO_DOWN = ("import boto3,os,sys; boto3.client('s3').download_file(sys.argv[2]
 
 
 def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, dict[str, Any]]:
-    """push and cold pull against S3 (SeaweedFS; SQLite metadata), a fresh prefix per push, vs
+    """push and cold pull against S3 (SeaweedFS; SQLite metadata), a fresh bucket per push, vs
     boto3 ``upload_file`` / ``download_file`` (+ fsync) of the same file, each a process."""
     import boto3
 
@@ -255,7 +256,15 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
     where_pull = ["--home", str(pulled), "--db", f"sqlite:///{pulled / 'registry.db'}", "--store",
                   f"s3://{pulled_bucket}/reg"]
     run([PT2REG, *where_pull, "push", str(bundle), "--name", "bench"], env=env)
-    raw_bucket, push_bucket = bucket(), bucket()
+    raw_bucket = bucket()
+
+    def drop_bucket(name: str) -> None:
+        """Delete a bucket and what is in it (SeaweedFS frees its volumes with it)."""
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            for i in range(0, len(keys), 1000):
+                s3.delete_objects(Bucket=name, Delete={"Objects": keys[i:i + 1000]})
+        s3.delete_bucket(Bucket=name)
     s3.upload_file(str(bundle), raw_bucket, "bench.pt2b")
     homes: dict[str, list[str]] = {}
 
@@ -263,12 +272,15 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
         def go() -> None:
             for p in work.glob("out-*"):
                 p.unlink()
-            if op == "push":   # a fresh prefix of one bucket: SeaweedFS answered InternalError at
-                k = next(n)        # 2 GiB with a bucket (a collection of volumes) per repetition
+            if op == "push":   # a fresh bucket per repetition, the last one deleted: SeaweedFS
+                k = next(n)        # answered InternalError once 2 GiB pushes filled the disk
+                if "raw" in homes:
+                    drop_bucket(homes["raw"][0])
+                b = bucket()
                 homes["push"] = ["--home", str(vetted), "--db", f"sqlite:///{work / f's3-home-{k}.db'}",
-                                 "--store", f"s3://{push_bucket}/reg-{k}"]
+                                 "--store", f"s3://{b}/reg"]
                 run([PT2REG, *homes["push"], "push", str(tiny), "--name", "tiny"], env=env)
-                homes["raw"] = [push_bucket, f"raw-{k}.pt2b"]
+                homes["raw"] = [b, "raw.pt2b"]
             else:
                 shutil.rmtree(pulled / "cache", ignore_errors=True)
             warm_files(bundle)
@@ -320,13 +332,16 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
     }
 
 
-def measure(shape: str, size: float, reps: int, work: Path, tiny: Path, s3: Any = None) -> list[dict[str, Any]]:
+def measure(shape: str, size: float, reps: int, work: Path, tiny: Path, s3: Any = None,
+            only: set[str] | None = None) -> list[dict[str, Any]]:
     pt2 = program(shape, size)
     bundle = work / f"{shape}.pt2b"
     run([PT2REG, "--home", str(work / "bundler"), "bundle", str(pt2), "-o", str(bundle)])
     ops = commands(work, pt2, bundle, tiny)
     if s3 is not None:
         ops.update(s3_commands(work, bundle, tiny, s3))
+    if only:
+        ops = {op: c for op, c in ops.items() if op in only}
     figures = []
     for op, c in ops.items():
         said: dict[str, Any] = {}
@@ -379,7 +394,11 @@ def main() -> None:
     p.add_argument("--sizes", default=None, help="comma-separated MiB (default 200,2048; quick 8)")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {','.join(SHAPES)}")
     p.add_argument("--s3", action="store_true", help="also push and pull against S3 (SeaweedFS) vs boto3")
+    p.add_argument("--ops", default=None, help=f"comma-separated, of {', '.join(TARGET)} (default: all)")
     args = p.parse_args()
+    only = {o.strip() for o in args.ops.split(",")} if args.ops else None
+    if only and only - set(TARGET):
+        p.error(f"unknown --ops {sorted(only - set(TARGET))}; choose from {', '.join(TARGET)}")
     args.reps = args.reps or (1 if args.quick else 3)
     sizes = [float(s) for s in (args.sizes or ("8" if args.quick else "200,2048")).split(",")]
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -392,7 +411,7 @@ def main() -> None:
         shutil.copyfile(REPO / "tests" / "data" / "format1" / "mlp.pt2b", tiny)
         for size in sizes:
             for shape in shapes:
-                figures += measure(shape, size, args.reps, work, tiny, s3)
+                figures += measure(shape, size, args.reps, work, tiny, s3, only)
                 for h in work.glob("home-*"):
                     shutil.rmtree(h, ignore_errors=True)
                 for d in ("pull-home", "vetted-home"):
