@@ -31,6 +31,13 @@ def _flip(path):
         f.write(bytes([b[0] ^ 0x20]))
 
 
+def _pushed(reg_env, path, name):
+    """``path`` pushed as ``name``: its bundle and the digest pin of the version."""
+    src = BundleFile.open(path)
+    assert reg_env.cli("push", str(path), "--name", name).returncode == 0
+    return src, f"{name}@{src.digest}"
+
+
 def _drop_cached(cache, bundle):
     for m in bundle.manifest.members:
         cache.member_path(m).unlink(missing_ok=True)
@@ -39,9 +46,7 @@ def _drop_cached(cache, bundle):
 @pytest.mark.parametrize("reg_env", ["local", "moto", "server"], indirect=True)
 def test_a_pull_writes_each_byte_once_and_its_file_serves_the_pin(reg_env, bundles, tmp_path):
     good = bundles["ed"]
-    src = BundleFile.open(good)
-    assert reg_env.cli("push", str(good), "--name", "ed").returncode == 0
-    pin = f"ed@{src.digest}"
+    src, pin = _pushed(reg_env, good, "ed")
     out = tmp_path / "out.pt2b"
     r = reg_env.cli("pull", pin, "-o", str(out))
     assert r.returncode == 0, r.stderr
@@ -68,10 +73,7 @@ def test_a_pull_writes_each_byte_once_and_its_file_serves_the_pin(reg_env, bundl
 
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_a_changed_pulled_file_is_not_trusted(reg_env, bundles, tmp_path):
-    good = bundles["v3"]
-    src = BundleFile.open(good)
-    assert reg_env.cli("push", str(good), "--name", "m").returncode == 0
-    pin = f"m@{src.digest}"
+    src, pin = _pushed(reg_env, bundles["v3"], "m")
     cache = BlobCache(reg_env.home / "cache")
     gone = _unreachable(reg_env)
 
@@ -116,9 +118,7 @@ def test_a_changed_pulled_file_is_not_trusted(reg_env, bundles, tmp_path):
 
 @pytest.mark.parametrize("reg_env", ["local"], indirect=True)
 def test_a_damaged_store_fails_the_pull_leaving_nothing(reg_env, bundles, tmp_path):
-    good = bundles["v4"]
-    src = BundleFile.open(good)
-    assert reg_env.cli("push", str(good), "--name", "m").returncode == 0
+    src, _ = _pushed(reg_env, bundles["v4"], "m")
     for m in src.manifest.members:
         for digest in ([f"sha256:{c}" for c, _ in m.chunks] or [m.digest]):
             reg_env.corrupt_blob(digest)
