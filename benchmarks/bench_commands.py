@@ -164,6 +164,8 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
         """--home/--db/--store of a fresh registry whose database exists (a tiny push: schema
         creation is once per machine), with the bundling home's cache."""
         k = next(n)
+        for old in work.glob("home-*"):   # the last repetition's store: 2 GiB each would fill the disk
+            shutil.rmtree(old, ignore_errors=True)
         where = ["--home", str(vetted), "--db", f"sqlite:///{work / f'home-{k}' / 'registry.db'}",
                  "--store", str(work / f"home-{k}" / "store")]
         run([PT2REG, *where, "push", str(tiny), "--name", "tiny"])
