@@ -83,7 +83,7 @@ class BlobCache:
         return self.root / blob_relpath(digest, under="verified")
 
     @staticmethod
-    def _stat_line(path: Path) -> str | None:
+    def _stat_line(path: str | os.PathLike[str]) -> str | None:
         try:
             st = os.stat(path)
         except OSError:
@@ -188,20 +188,14 @@ class BlobCache:
         (its identity: inode, size, mtime, ctime, and this boot), so a pinned ref pulled again is
         served from it with no network and no database (``member_in_bundle``) although the pull
         wrote every byte once, into the bundle, not into the cache as well."""
-        try:
-            fd = os.open(bundle.path, os.O_RDONLY)
-        except OSError:
+        identity = self._stat_line(bundle.path)   # ends with a newline; the file's path follows it
+        if identity is None:
             return
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        where = os.path.abspath(bundle.path)
-        identity = f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {_BOOT_ID}"
+        where = os.fsencode(os.path.abspath(bundle.path))
         for m in bundle.manifest.members:
             offset, size = bundle.member_span(m.path)
             with atomic_write(self._in_bundle_stamp(m), fsync=False) as f:
-                f.write(f"{offset} {size} {identity}\n".encode("ascii") + os.fsencode(where))
+                f.write(f"{offset} {size} {identity}".encode("ascii") + where)
 
     def member_in_bundle(self, member: Member) -> FileRange | None:
         """Where ``member`` lies verified in a bundle file a pull wrote (``remember_bundle``), if
@@ -211,13 +205,12 @@ class BlobCache:
             head, _, where = self._in_bundle_stamp(member).read_bytes().partition(b"\n")
             offset, size, identity = head.decode("ascii").split(" ", 2)
             path = Path(os.fsdecode(where))
-            st = os.stat(path)
+            at, n = int(offset), int(size)
         except (OSError, ValueError, UnicodeDecodeError):
             return None
-        if identity != f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {_BOOT_ID}" \
-                or int(size) != member.size:
+        if n != member.size or self._stat_line(path) != identity + "\n":
             return None
-        return FileRange(path, int(offset), member.size)
+        return FileRange(path, at, n)
 
     def member_source(self, member: Member) -> FileRange | None:
         """Where a verified copy of ``member`` lies on this machine: its cache file
