@@ -64,7 +64,10 @@ def push(app: App, bundle: str, name: str, aliases: tuple[str, ...], parents: tu
 def pull(app: App, ref: str, out: str, pubkeys: tuple[str, ...], as_json: bool) -> None:
     """Fetch a version (NAME, NAME@N, NAME@ALIAS, NAME@sha256:HEX) and rebuild its bundle file.
 
-    Every blob is verified against its sha256; cached blobs are reused.
+    Every byte is written once, into the file: each chunk is checked against its sha256 as it
+    is written, and members already verified on this machine are copied from where they lie.
+    The cache records where the members lie in the file, so the pinned ref (NAME@sha256:HEX) is
+    served from it later, with no database or store, while the file is unchanged.
     """
     reg = app.registry
     where = reg.locate(ref)  # resolved once, here: the progress bar needs the size first
