@@ -73,7 +73,7 @@ from .base import (
     unique_parts,
     verified_into,
 )
-from .packed import WORKERS as PACK_READ_WORKERS
+from .remote import NetworkBlobs
 
 __all__ = ["S3BlobStore", "PRESIGN_MAX_SECONDS", "UPLOADER_META"]
 
@@ -102,7 +102,7 @@ _STREAM_ATTEMPTS = 5
 _STREAM_READ = 512 * 1024
 
 
-class S3BlobStore:
+class S3BlobStore(NetworkBlobs):
     """Blobs as objects under ``s3://bucket/prefix``; uploads verified before they complete.
 
     The constructor does no IO; the boto3 client is created on first use (or passed in).
@@ -111,15 +111,8 @@ class S3BlobStore:
     ``registry.constants.s3_multipart_threshold()`` (64 MiB, or ``PT2REG_S3_MULTIPART_THRESHOLD``).
     """
 
-    #: declared capabilities (``BlobStore``): network reads, no local files, presigned URLs
-    read_workers = PACK_READ_WORKERS
-    maps_in_place = False
-    writes_packs = False
+    #: beyond ``NetworkBlobs``: presigned URLs for the server to hand out
     presigns = True
-
-    def in_place(self, digest: str, size: int | None = None) -> None:
-        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
-        return None
 
     def __init__(self, url: str, *, multipart_threshold: int | None = None,
                  multipart_chunksize: int = 8 * MiB, max_concurrency: int = 4,
@@ -424,9 +417,6 @@ class S3BlobStore:
                     raise RetriesExceededError(exc) from exc
             finally:
                 body.close()
-
-    def local_file(self, digest: str, size: int | None = None) -> None:
-        return None   # remote blobs: fetched, never read as local files
 
     def open(self, digest: str) -> BinaryIO:
         """The raw, unverified object body (a botocore ``StreamingBody``); close it when done."""

@@ -50,7 +50,7 @@ from ..blobs.base import (
     unique_parts,
     verified_into,
 )
-from ..blobs.packed import WORKERS as PACK_READ_WORKERS
+from ..blobs.remote import NetworkBlobs
 from ..constants import VERSION
 from ..digests import sha256_bytes
 from ..errors import IntegrityError, NotFoundError, StoreError, UsageError, brief
@@ -101,18 +101,11 @@ class _Cancelled(Exception):
     """Another blob of the batch failed: this one stops (that failure is what is reported)."""
 
 
-class HttpBlobStore:
+class HttpBlobStore(NetworkBlobs):
     """A registry server's blobs, through ``client`` (shared with ``HttpMetadataStore``)."""
 
-    #: declared capabilities (``BlobStore``): network reads; the server presigns, not this client
-    read_workers = PACK_READ_WORKERS
-    maps_in_place = False
-    writes_packs = False
+    #: beyond ``NetworkBlobs``: the server presigns, not this client
     presigns = False
-
-    def in_place(self, digest: str, size: int | None = None) -> None:
-        """None: these blobs are not files on this machine (``maps_in_place`` is False)."""
-        return None
 
     def __init__(self, client: HttpClient, *, transfers: int = TRANSFERS) -> None:
         self.client = client
@@ -345,9 +338,6 @@ class HttpBlobStore:
         with verified_into(out, digest, f"the registry at {self.url}") as writer:
             self._fetch(target, writer, None, threading.Event())
         return out.getvalue()
-
-    def local_file(self, digest: str, size: int | None = None) -> None:
-        return None   # remote blobs: fetched, never read as local files
 
     def open(self, digest: str) -> BinaryIO:
         """A raw, unverified read stream of the blob (the caller verifies); close it when done."""
