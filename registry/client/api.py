@@ -385,9 +385,7 @@ class Registry:
             src = self.materialize(where, progress=progress, require_signature=require_signature)
             result = rebuild_bundle(src, version, out, build)
             if src.ranges:   # served from a bundle a pull wrote: this file serves it next
-                from ..format.bundle import BundleFile
-
-                self.cache.remember_bundle(BundleFile.open(out))
+                self.cache.remember_bundle(out, src.manifest)
             return result
 
         def enforce(src: MaterializedBundle) -> MaterializedBundle:

@@ -19,10 +19,9 @@ __all__ = ["GcResult", "collect_garbage"]
 def collect_garbage(meta: MetadataStore, blobs: BlobStore, *, dry_run: bool = False,
                     grace_seconds: float = 0.0, actor: str | None = None, host: str | None = None,
                     audit_details: Mapping[str, Any] | None = None) -> GcResult:
-    """Delete blobs no version references and no live push has claimed; abort the uploads
-    that dead pushes left half done (local tmp files, S3 multipart uploads) and release
-    their claims. ``actor``/``host`` (default: this process's) and ``audit_details`` go into
-    the ``gc.delete`` audit events (the registry server passes its caller's token)."""
+    """``meta.gc``: ``registry.store.gc.collect_garbage`` where ``meta`` runs it (here over SQL,
+    or on the server), with this process's actor and host unless ``actor``/``host`` are given
+    (the registry server passes its caller's)."""
     from ..config import actor as current_actor
     from ..config import hostname
 

@@ -214,7 +214,7 @@ def pull_direct(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version
     name and pack index, so a pinned ref pulled again is served from there without the
     database or the store, as long as ``out`` is unchanged."""
     from ..blobs.base import locked_progress
-    from ..format.bundle import BundleFile, write_bundle_filled
+    from ..format.bundle import write_bundle_filled
     from ..parallel import gc_held
 
     src = describe_version(meta, version, enforce_trust=enforce_trust)
@@ -240,7 +240,7 @@ def pull_direct(meta: MetadataStore, blobs: BlobStore, cache: BlobCache, version
     cache.remember_signatures(version.digest, src.signatures)   # what a later cached pin is served with
     cache.remember_name(version.digest, version.name)
     cache.remember_packs(version.digest, version.packs_json, blobs.url)
-    cache.remember_bundle(BundleFile.open(out))
+    cache.remember_bundle(out, src.manifest)
     warnings = []
     if version.status in ("yanked", "deprecated"):
         warnings.append(f"{version.name}@{version.number} is {version.status}: {version.status_reason}")

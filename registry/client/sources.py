@@ -182,20 +182,24 @@ class BlobCache:
     def _in_bundle_stamp(self, member: Member) -> Path:
         return self.root / blob_relpath(member.digest, under="verified-in-bundle")
 
-    def remember_bundle(self, bundle: BundleFile) -> None:
-        """Record that every member of ``bundle`` (a file a pull just wrote, each chunk verified
-        against its sha256 as it was written) lies verified where it is in that file as it is now
-        (its identity: inode, size, mtime, ctime, and this boot), so a pinned ref pulled again is
-        served from it with no network and no database (``member_in_bundle``) although the pull
-        wrote every byte once, into the bundle, not into the cache as well."""
-        identity = self._stat_line(bundle.path)   # ends with a newline; the file's path follows it
+    def remember_bundle(self, path: str | os.PathLike[str], manifest: Manifest) -> None:
+        """Record that every member of ``manifest`` lies verified in the bundle file ``path`` (one
+        a pull just wrote, each chunk checked against its sha256 as it was written) as that file
+        is now (its identity: inode, size, mtime, ctime, and this boot), so a pinned ref pulled
+        again is served from it with no network and no database (``member_in_bundle``) although
+        the pull wrote every byte once, into the bundle, not into the cache as well. Only the
+        zip's directory is read back, for where each member starts (the manifest is known)."""
+        from ..format.zipsafe import read_entries
+
+        identity = self._stat_line(path)   # ends with a newline; the file's path follows it
         if identity is None:
             return
-        where = os.fsencode(os.path.abspath(bundle.path))
-        for m in bundle.manifest.members:
-            offset, size = bundle.member_span(m.path)
+        entries = read_entries(path)
+        where = os.fsencode(os.path.abspath(path))
+        for m in manifest.members:
+            e = entries[m.path]
             with atomic_write(self._in_bundle_stamp(m), fsync=False) as f:
-                f.write(f"{offset} {size} {identity}".encode("ascii") + where)
+                f.write(f"{e.data_offset} {e.size} {identity}".encode("ascii") + where)
 
     def member_in_bundle(self, member: Member) -> FileRange | None:
         """Where ``member`` lies verified in a bundle file a pull wrote (``remember_bundle``), if
