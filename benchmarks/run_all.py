@@ -16,8 +16,8 @@ import time
 
 from _common import BENCH, OUT, PYTHON, fmt, machine
 
-SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "commands", "sandbox", "scale", "mlflow", "server", "web",
-           "webhooks", "gpu_load"]
+SCRIPTS = ["push", "s3", "load", "resolve", "memory", "cli", "commands", "hashing", "sandbox", "scale", "mlflow", "server",
+           "web", "webhooks", "gpu_load"]
 
 
 def table(quick: bool) -> str:

@@ -30,7 +30,7 @@ from ..atomic import USER_FILE, atomic_write
 from ..constants import BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES, MAX_MANIFEST_BYTES, SIGNATURES_MEMBER
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
-from ..parallel import Flusher, Hashed, Job, Segment, crc32_combine, hash_ranges, preallocate, pwrite_all
+from ..parallel import Flusher, Hashed, Job, Segment, crc32, crc32_combine, hash_ranges, preallocate, pwrite_all
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -277,7 +277,7 @@ def _crcs(fd: int, manifest: Manifest, places: Mapping[str, int]) -> list[int]:
             got = os.preadv(fd, [buf[:min(len(buf), n - done)]], at + done)
             if got <= 0:
                 raise IntegrityError(f"the bundle being written ended at byte {at + done}")
-            crc = zlib.crc32(buf[:got], crc)
+            crc = crc32(buf[:got], crc)
             done += got
         return i, crc, n
 
@@ -300,7 +300,7 @@ def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check:
         def sink(data: bytes) -> None:   # called by _pump_exact below, in this iteration
             nonlocal crc, pos
             h.update(data)  # noqa: B023
-            crc = zlib.crc32(data, crc)
+            crc = crc32(data, crc)
             pwrite_all(fd, data, pos)
             pos += len(data)
 

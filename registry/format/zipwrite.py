@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import struct
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
 from ..digests import pump
+from ..parallel.crc import crc32
 
 __all__ = ["DeterministicZipWriter", "ALIGNMENT", "member_info", "local_header", "uses_zip64", "PAD_TAG"]
 
@@ -109,7 +109,7 @@ class DeterministicZipWriter:
 
         def write(data: bytes) -> None:
             nonlocal crc
-            crc = zlib.crc32(data, crc)
+            crc = crc32(data, crc)
             self._fp.write(data)
 
         self._fp.seek(offset)

@@ -8,7 +8,7 @@ cyclic collector held off (``gc_hold``) and CRC-32 for zip headers (``crc``).
 """
 from __future__ import annotations
 
-from .crc import crc32_combine
+from .crc import crc32, crc32_combine, crc32_later
 from .gc_hold import GC_HOLD_SECONDS, gc_held
 from .ranges import (
                      BATCH_BYTES,
@@ -29,5 +29,6 @@ from .writeback import FLUSH_BYTES, Flusher, preallocate, start_writeback
 
 __all__ = ["WORKERS", "BUFFER", "BATCH_BYTES", "Segment", "Hashed", "Job", "hash_copy", "hash_ranges", "run_parallel",
            "run_calls", "group_consecutive", "split_where", "preallocate", "start_writeback", "crc32_combine",
+           "crc32", "crc32_later",
            "locked_progress", "gc_held", "GC_HOLD_SECONDS", "Background", "TaskPool", "pwrite_all", "Output",
            "thread_buffer", "Flusher", "FLUSH_BYTES"]

@@ -6,7 +6,7 @@ such ranges, and every data path (bundle, push, pull, cache) hashes them at once
 per worker thread. A worker reads its range with ``os.preadv`` into a buffer it owns, hashes
 it (and CRC-32s it when a zip header needs the sum) and writes it with ``os.pwrite`` at its
 place in the destination. hashlib, ISA-L's CRC-32 and the syscalls all release the GIL, so the threads
-run in parallel; memory is one :data:`BUFFER` per worker, whatever the size of the data or
+run in parallel (the CRC-32 on a thread of its own: ``crc``); memory is one :data:`BUFFER` per worker, whatever the size of the data or
 the number of ranges.
 
     >>> import tempfile; f = tempfile.TemporaryFile(); _ = f.write(b"abcdef"); f.flush()
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import IntegrityError
-from .crc import crc32, crc32_combine
+from .crc import crc32_combine, crc32_later
 from .tasks import WORKERS, locked_progress, run_parallel
 from .writeback import WRITEBACK, start_writeback
 
@@ -105,11 +105,12 @@ def hash_copy(segments: Sequence[Segment], *, out_fd: int | None = None, out_off
             if n <= 0:
                 raise OSError(f"file ended {left} bytes early (at byte {offset})")
             data = view[:n]
+            summed = crc32_later(data, sc) if crc else None   # on the CRC thread, meanwhile
             h.update(data)
-            if crc:
-                sc = crc32(data, sc)
             if out is not None:
                 out.write(data)
+            if summed is not None:   # before the buffer is read into again
+                sc = summed.result()
             offset += n
             left -= n
             total += n

@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures_pt2 import ROOT
 from tests.shared import _as_json
 
-SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "commands", "sandbox", "scale", "server",
+SCRIPTS = ("push", "s3", "load", "resolve", "memory", "cli", "commands", "hashing", "sandbox", "scale", "server",
            "webhooks", "gpu_load")  # mlflow: needs its own venv; gpu_load --quick runs on the CPU here
 #: flags beyond --quick: MLflow's side of bench_server needs its own venv (built by bench_mlflow)
 EXTRA = {"server": ["--skip-mlflow"]}
