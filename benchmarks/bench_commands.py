@@ -10,7 +10,8 @@ A family of programs (``torch.export``, generated once in a child process and ca
   ~570 per 2 GiB of 4-20 KiB and the rest in tensors of 1-7 MiB (~430 at 2 GiB).
 
 For each, side by side in one run (interleaved, the order rotated every repetition, the inputs
-read into the page cache before each case, ``sync`` between cases), medians of ``--reps``:
+read into the page cache before each case, and the code of both sides too, ``warm_code``;
+``sync`` between cases), medians of ``--reps``:
 
 whole      ``pt2reg bundle P.pt2 -o B.pt2b`` from a home that bundled with this torch before (its
            cache knows the schemas of the program's operators: no ``import torch``; the first
@@ -50,8 +51,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import OUT, PT2REG, PYTHON, REPO, MiB, Row, machine, median, report, run, scratch, seaweed, \
-    side_by_side, warm_files
+from _common import CODE, OUT, PT2REG, PYTHON, REPO, S3_CODE, MiB, Row, machine, median, report, run, scratch, \
+    seaweed, side_by_side, warm_code, warm_files
 
 SHAPES = ("large", "small", "mixed")
 KiB = 1024
@@ -194,6 +195,7 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
                 shutil.rmtree(work / "bundler" / "cache" / "vetted-programs", ignore_errors=True)
                 shutil.rmtree(work / "cache", ignore_errors=True)
             warm_files(pt2 if op == "bundle" else bundle)
+            warm_code(*CODE)
             os.sync()
         return go
 
@@ -286,6 +288,7 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
             else:
                 shutil.rmtree(pulled / "cache", ignore_errors=True)
             warm_files(bundle)
+            warm_code(*CODE, *S3_CODE)
             os.sync()
         return go
 
