@@ -35,18 +35,26 @@ INLINE_BYTES = 256 * 1024
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
-_owner_pid = 0
 
 
 def _crc_thread() -> ThreadPoolExecutor:
-    """The process's CRC thread, started on first use (again in a forked child: a fork copies no
-    thread)."""
-    global _executor, _owner_pid
+    """The process's CRC thread, started on first use."""
+    global _executor
     with _lock:
-        if _executor is None or _owner_pid != os.getpid():
+        if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pt2reg-crc")
-            _owner_pid = os.getpid()
         return _executor
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: a fork copies no thread (the parent's CRC thread is not there to answer)
+    and may copy ``_lock`` held, so both start afresh."""
+    global _executor, _lock
+    _executor, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _isal_crc32(data: bytes | memoryview, value: int) -> int:
