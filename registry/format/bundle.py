@@ -30,7 +30,18 @@ from ..atomic import USER_FILE, atomic_write
 from ..constants import BUILD_MEMBER, MANIFEST_MEMBER, MAX_ENVELOPE_BYTES, MAX_MANIFEST_BYTES, SIGNATURES_MEMBER
 from ..digests import canonical_json
 from ..errors import IntegrityError, ManifestError, UnsafeArchiveError
-from ..parallel import Flusher, Hashed, Job, Segment, crc32, crc32_combine, hash_ranges, preallocate, pwrite_all
+from ..parallel import (
+    Flusher,
+    Hashed,
+    Job,
+    Segment,
+    crc32,
+    crc32_combine,
+    crc32_later,
+    hash_ranges,
+    preallocate,
+    pwrite_all,
+)
 from .manifest import Manifest, Member
 from .zipsafe import ZipEntry, open_entry, read_entries, read_entry_bytes
 from .zipwrite import DeterministicZipWriter
@@ -299,9 +310,10 @@ def _copy_stream(stream: IO[bytes], member: Member, fd: int, offset: int, check:
 
         def sink(data: bytes) -> None:   # called by _pump_exact below, in this iteration
             nonlocal crc, pos
+            summed = crc32_later(data, crc)   # on the CRC thread, meanwhile (as hash_copy)
             h.update(data)  # noqa: B023
-            crc = crc32(data, crc)
             pwrite_all(fd, data, pos)
+            crc = summed.result()
             pos += len(data)
 
         got = _pump_exact(stream, sink, n, member, progress)

@@ -25,7 +25,10 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the executor is imported when the first large sum is asked for
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["crc32", "crc32_later", "crc32_combine", "INLINE_BYTES"]
 
@@ -42,6 +45,8 @@ def _crc_thread() -> ThreadPoolExecutor:
     global _executor
     with _lock:
         if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pt2reg-crc")
         return _executor
 

@@ -4,10 +4,10 @@ sha256 is sequential within one stream, so a big file hashes at one core's speed
 cut into independent ranges: a chunked member's chunks (and a big tensor's 64 MiB pieces) are
 such ranges, and every data path (bundle, push, pull, cache) hashes them at once, one range
 per worker thread. A worker reads its range with ``os.preadv`` into a buffer it owns, hashes
-it (and CRC-32s it when a zip header needs the sum) and writes it with ``os.pwrite`` at its
-place in the destination. hashlib, ISA-L's CRC-32 and the syscalls all release the GIL, so the threads
-run in parallel (the CRC-32 on a thread of its own: ``crc``); memory is one :data:`BUFFER` per worker, whatever the size of the data or
-the number of ranges.
+it (the CRC-32 a zip header needs is summed meanwhile on the CRC thread: ``crc``) and writes
+it with ``os.pwrite`` at its place in the destination. hashlib, ISA-L's CRC-32 and the syscalls
+all release the GIL, so the threads run in parallel; memory is one :data:`BUFFER` per worker,
+whatever the size of the data or the number of ranges.
 
     >>> import tempfile; f = tempfile.TemporaryFile(); _ = f.write(b"abcdef"); f.flush()
     >>> [h.size for h in hash_ranges([[Segment(f.fileno(), 0, 3)], [Segment(f.fileno(), 3, 3)]])]
