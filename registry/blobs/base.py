@@ -201,14 +201,21 @@ class BlobStore(Protocol):
 
 @runtime_checkable
 class PackWriter(BlobStore, Protocol):
-    """A store that declares ``writes_packs``: it stores new packs (ranges of a file, one after
-    the other) under their sha256, named in the same pass that copies and checks them."""
+    """A store that declares ``writes_packs``: it writes through files no one sees until they
+    are renamed into place, so it stores new packs (ranges of a file, one after the other)
+    under their sha256, named in the same pass that copies and checks them, and copies blobs
+    before the caller has claimed them."""
 
     def put_packs(self, path: str | os.PathLike, parts: Sequence[Part], packs: Sequence[Sequence[Part]], *,
                   tag: str, claim: Callable[[list[tuple[str, int]]], None], progress: ProgressFn | None = None,
                   unrecorded: Collection[str] = ()) -> tuple[int, int, list[tuple[str, int]]]:
         """``put_parts`` of ``parts`` and each of ``packs`` stored as one new blob, claimed
         (``claim``) under its name before it becomes visible; ``(written, stored, packs)``."""
+
+    def put_parts_held(self, path: str | os.PathLike, parts: Sequence[Part], *, claimed: Callable[[], object],
+                       progress: ProgressFn | None = None) -> tuple[int, int]:
+        """``put_parts`` begun before the caller's claim: nothing becomes visible before
+        ``claimed()`` returns (it raises when the caller claimed nothing: nothing is kept)."""
 
 
 def as_pack_writer(blobs: BlobStore) -> PackWriter:

@@ -4,6 +4,7 @@ Layout under the root directory::
 
     blobs/sha256/ab/abcdef...   one read-only file per blob, named by its sha256
     tmp/                        uploads in progress (same filesystem, so the final rename is atomic)
+    tmp/held-*/                 ... of a push that has not claimed them yet, locked while it lives
 
 For example::
 
@@ -13,9 +14,11 @@ For example::
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import io
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -65,6 +68,8 @@ __all__ = ["LocalBlobStore", "COMMIT_BYTES"]
 COMMIT_BYTES = 128 * 1024 * 1024
 #: ... or every this many blobs, whichever comes first
 COMMIT_BLOBS = 4096
+#: ``tmp/`` directories of blobs copied before they are claimed (``put_parts_held``)
+HELD_PREFIX = "held-"
 
 
 class LocalBlobStore:
@@ -151,10 +156,20 @@ class LocalBlobStore:
         same bytes."""
         return self._put(path, parts, packs, progress=progress, unrecorded=unrecorded, tag=tag, claim=claim)
 
+    def put_parts_held(self, path: str | os.PathLike, parts: Sequence[Part], *, claimed: Callable[[], object],
+                       progress: ProgressFn | None = None) -> tuple[int, int]:
+        """``put_parts`` begun before the caller claimed the blobs: every blob is copied into a
+        temp file and made durable, but renamed into place only once ``claimed()`` returns
+        (it waits for the caller's claim of every digest of ``parts``, and raises when there
+        is none: then every temp file is removed). A blob found stored before the claim is
+        looked for again after it (gc may have deleted it meanwhile) and written if gone."""
+        written, stored, _packs = self._put(path, parts, (), progress=progress, unrecorded=(), claimed=claimed)
+        return written, stored
+
     def _put(self, path: str | os.PathLike, parts: Sequence[Part], packs: Sequence[Sequence[Part]], *,
              progress: ProgressFn | None, unrecorded: Collection[str], tag: str | None = None,
-             claim: Callable[[list[tuple[str, int]]], None] | None = None
-             ) -> tuple[int, int, list[tuple[str, int]]]:
+             claim: Callable[[list[tuple[str, int]]], None] | None = None,
+             claimed: Callable[[], object] | None = None) -> tuple[int, int, list[tuple[str, int]]]:
         progress = locked_progress(progress)
         todo, repeated = unique_parts(parts)
         if progress is not None and repeated:
@@ -162,7 +177,8 @@ class LocalBlobStore:
         if not todo and not packs:
             return 0, repeated, []
         staged: list[tuple[str, str, int] | None] = [None] * len(packs)   # (tmp, digest, size) of each pack
-        with open_range(path, 0, None) as (src, file_size):
+        with open_range(path, 0, None) as (src, file_size), \
+                self._held_dir() if claimed is not None else contextlib.nullcontext(None) as where:
             for part in [*todo, *(p for pack in packs for p in pack)]:
                 checked_range(file_size, part.offset, part.size, path)
             src_fd = src.fileno()
@@ -178,18 +194,29 @@ class LocalBlobStore:
                 if item.digest not in unrecorded and self._intact(item.digest, item.size):
                     # already stored; the source is still checked: a push of a damaged file fails
                     check_range(path, item, fd=src_fd, progress=progress)
+                    if claimed is not None:
+                        found.append(item)
                     return 0, item.size
-                _handed(committer, self._write_tmp(src_fd, item, path, wrote), item)
+                _handed(committer, self._write_tmp(src_fd, item, path, wrote, where), item, held=claimed is not None)
                 return item.size, 0
 
+            found: list[Part] = []   # stored before the claim (``claimed``)
             try:
                 # the packs first, in bundle order (largest first made the first syncs start later
                 # and the push slower: 0.53 s against 0.48); all are claimed once everything is written
                 done = run_parallel(one, [*range(len(packs)), *todo], WORKERS)
                 named = [(digest, size) for _tmp, digest, size in filter(None, staged)]
+                if claimed is not None:
+                    claimed()
+                    # claimed now, so gc spares them; one it deleted before is written again
+                    gone = [p for p in found if not self._path(p.digest).exists()]
+                    for part in gone:
+                        _handed(committer, self._write_tmp(src_fd, part, path, committer.counting(None), where), part)
+                    done.append((sum(p.size for p in gone), -sum(p.size for p in gone)))
                 if packs:
                     assert claim is not None
                     claim(named)
+                if packs or claimed is not None:
                     committer.release()
             except BaseException:
                 committer.abort()   # removes every temp file not renamed, the packs' too
@@ -198,15 +225,15 @@ class LocalBlobStore:
         return sum(w for w, _ in done), sum(s for _, s in done) + repeated, named
 
     def _write_tmp(self, src_fd: int, part: Part, path: str | os.PathLike,
-                   progress: ProgressFn | None) -> str:
-        """Copy one range into a new temp file, hashing it; ``IntegrityError`` when it does not
-        match."""
+                   progress: ProgressFn | None, where: Path | None = None) -> str:
+        """Copy one range into a new temp file (in ``tmp/``, or the directory ``where``),
+        hashing it; ``IntegrityError`` when it does not match."""
         def fill(fd: int) -> None:
             got = hash_copy([Segment(src_fd, part.offset, part.size)], out_fd=fd, progress=progress, writeback=True)
             if got.sha256 != part.digest[7:]:
                 raise range_error(path, part, got.sha256)
 
-        return self._fill_temp(part.digest, f"blob {part.digest}", part.size, fill)
+        return self._fill_temp(part.digest, f"blob {part.digest}", part.size, fill, where)
 
     def _write_pack_tmp(self, src_fd: int, parts: Sequence[Part], path: str | os.PathLike,
                         progress: ProgressFn | None, tag: str) -> tuple[str, str, int]:
@@ -218,12 +245,13 @@ class LocalBlobStore:
                               lambda fd: got.append(hash_parts(path, src_fd, parts, out_fd=fd, progress=progress)))
         return tmp, f"sha256:{got[0]}", size
 
-    def _fill_temp(self, named: str, what: str, size: int, fill: Callable[[int], None]) -> str:
-        """A new temp file named by the digest ``named`` (so gc can tell whose upload a leftover
-        belonged to), ``size`` bytes reserved, written by ``fill(fd)`` and made read-only;
-        removed when anything fails (an ``OSError`` of ours becomes a ``StoreError`` about
-        writing ``what``)."""
-        tmpdir = self.root / "tmp"
+    def _fill_temp(self, named: str, what: str, size: int, fill: Callable[[int], None],
+                   where: Path | None = None) -> str:
+        """A new temp file in ``tmp/`` (or ``where``) named by the digest ``named`` (so gc can
+        tell whose upload a leftover belonged to), ``size`` bytes reserved, written by
+        ``fill(fd)`` and made read-only; removed when anything fails (an ``OSError`` of ours
+        becomes a ``StoreError`` about writing ``what``)."""
+        tmpdir = where or self.root / "tmp"
         try:
             tmpdir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix=named[7:] + ".", suffix=".tmp")
@@ -243,6 +271,34 @@ class LocalBlobStore:
                 raise StoreError(f"cannot write {what} to {self.url}: {_oneline(exc)}") from exc
             raise
         return tmp
+
+    @contextlib.contextmanager
+    def _held_dir(self) -> Iterator[Path]:
+        """A directory of ``tmp/`` for blobs written before they are claimed (``put_parts_held``),
+        locked (``flock``) from before it takes its name until it is removed, empty, when the
+        block ends: gc leaves such a directory alone while its lock is held, and the lock dies
+        with the process (``abort_stale_uploads``). It is made as ``.held-*``, locked, then
+        renamed, so gc never sees one of these names unlocked while its writer lives."""
+        tmpdir = self.root / "tmp"
+        name = f"{HELD_PREFIX}{secrets.token_hex(8)}"
+        try:
+            tmpdir.mkdir(parents=True, exist_ok=True)
+            os.mkdir(tmpdir / f".{name}")
+            fd = os.open(tmpdir / f".{name}", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise StoreError(f"cannot write blobs to {self.url}: {_oneline(exc)}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(tmpdir / f".{name}", tmpdir / name)
+            try:
+                yield tmpdir / name
+            finally:
+                _remove_dir(tmpdir / name)
+        except BaseException:
+            _remove_dir(tmpdir / f".{name}")   # not renamed (an error right there)
+            raise
+        finally:
+            os.close(fd)
 
     def get_parts(self, fd: int, parts: Sequence[Part], *, progress: ProgressFn | None = None,
                   on_done: Callable[[int], None] | None = None) -> None:
@@ -457,28 +513,45 @@ class LocalBlobStore:
 
         ``keep`` may be a callable: it is then called after the listing, so a push that claims
         its blobs before it starts writing (as ``Registry.push`` does) is always spared. A live
-        writer also touches its file with every chunk, so its mtime stays fresh.
+        writer also touches its file with every chunk, so its mtime stays fresh. A directory
+        of blobs written before their claim (``_held_dir``) is left alone while its writer
+        holds its lock; once the lock is free (the writer died), its files go the same way
+        and the directory with them.
         """
         tmpdir = self.root / "tmp"
         now = time.time()
-        candidates = []
-        for name in _sorted_names(tmpdir):
-            try:
-                age = now - (tmpdir / name).stat().st_mtime
-            except FileNotFoundError:  # finished (renamed) or removed meanwhile
-                continue
-            if age >= older_than_seconds:
-                candidates.append(name)
-        spared = set(keep() if callable(keep) else keep)
-        removed = []
-        for name in candidates:
-            digest = "sha256:" + name.split(".", 1)[0]
-            if digest in spared:
-                continue
+        candidates: list[tuple[Path, str]] = []   # (file, its digest)
+        held: list[tuple[Path, int]] = []         # the abandoned held directories, locked by us
+        try:
+            for name in _sorted_names(tmpdir):
+                if name.startswith((HELD_PREFIX, f".{HELD_PREFIX}")):
+                    lock = _abandoned(tmpdir / name, made_before=now - 60 if name.startswith(".") else None)
+                    if lock is not None:
+                        held.append((tmpdir / name, lock))
+                        candidates += [(tmpdir / name / f, f) for f in _sorted_names(tmpdir / name)]
+                    continue
+                candidates.append((tmpdir / name, name))
+            spared = set(keep() if callable(keep) else keep)
+            removed = []
+            for file, name in candidates:
+                try:
+                    age = now - file.stat().st_mtime
+                except FileNotFoundError:  # finished (renamed) or removed meanwhile
+                    continue
+                digest = "sha256:" + name.split(".", 1)[0]
+                if age < older_than_seconds or digest in spared:
+                    continue
+                if not dry_run:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(file)
+                removed.append(digest)
             if not dry_run:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmpdir / name)
-            removed.append(digest)
+                for directory, _fd in held:
+                    with contextlib.suppress(OSError):   # not empty: a file it still keeps
+                        os.rmdir(directory)
+        finally:
+            for _directory, fd in held:
+                os.close(fd)
         return removed
 
     # -- internals -----------------------------------------------------------------------------
@@ -652,3 +725,32 @@ def _fsync_dir(directory: Path) -> None:
 
 def _oneline(exc: OSError) -> str:
     return " ".join(str(exc).split())
+
+
+def _abandoned(directory: Path, *, made_before: float | None) -> int | None:
+    """A held directory's descriptor, locked by us, when its writer is gone (its lock was
+    free); None while a writer holds it (or it is gone). ``made_before``: a directory not yet
+    renamed (``.held-*``) counts only when made before this time (its writer locks it right
+    after making it, and this lock may be ours)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:   # removed meanwhile, or not a directory
+        return None
+    try:
+        if made_before is not None and os.fstat(fd).st_mtime > made_before:
+            os.close(fd)
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:   # BlockingIOError: its writer lives
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_dir(directory: Path) -> None:
+    """Remove ``directory`` and the files in it, whatever is gone already."""
+    for name in _sorted_names(directory):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / name)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(directory)

@@ -196,7 +196,7 @@ class Registry:
                 members = member_digests(opened.manifest, lambda p: (opened.path, *opened.member_span(p)))
                 number = self._number_for(name, opened.digest)
                 signatures.append(sign_record(sign_key, name, number, opened.digest, members))
-            return push_bundle(self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
+            return push_bundle(lambda: self.meta, self.blobs, opened, name, aliases=aliases, lineage=edges,
                                signatures=signatures, environment=publisher_environment(), progress=progress,
                                vetted_dir=verdicts_dir(self.cache_dir))  # bundle's and load's verdicts
 

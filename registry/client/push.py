@@ -6,9 +6,14 @@
 2. the blobs it will write are *claimed* in the metadata store (gc spares claimed blobs) and
    the claim is kept alive by a heartbeat while the upload runs. To a local store the claim
    grows as the push learns what it stores, always before a blob becomes visible: first the
-   large chunks (uploaded while the rest is planned) and a random tag that names the temp
-   files of new packs, then the planned blobs, then each new pack by name once it is written
-   and before it is renamed in (``LocalBlobStore.put_packs``, ``extend_pending``);
+   large chunks and a random tag that names the temp files of new packs, then the planned
+   blobs, then each new pack by name once it is written and before it is renamed in
+   (``LocalBlobStore.put_packs``, ``extend_pending``). The large chunks are copied from the
+   start, while the metadata store opens (a whole command's import of SQLAlchemy and its
+   tables, ~0.3 s, runs under the copy), into temp files in a ``tmp/held-*`` directory that
+   the push holds locked: nothing there is visible, gc leaves it alone while the lock is held
+   (it dies with the process), and the files are renamed in only once the claim holds
+   (``LocalBlobStore.put_parts_held``); a push that never claims discards them;
 3. every blob is uploaded, each range of the file hashed against its blob's digest (a chunked
    member is its chunks; a new pack is checked chunk by chunk in the pass that writes it);
 4. the version, aliases, lineage, signatures and audit event are recorded in one transaction
@@ -37,11 +42,12 @@ import dataclasses
 import os
 import secrets
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..blobs.base import ProgressFn, locked_progress, run_parallel
+from ..blobs.base import ProgressFn, as_pack_writer, locked_progress, run_parallel
 from ..config import actor, hostname
 from ..constants import HEARTBEAT_SECONDS
 from ..errors import ConflictError
@@ -87,48 +93,43 @@ class _Heartbeat:
             except Exception:  # a missed heartbeat only shortens the claim; never kill the upload
                 pass
 
-    def __enter__(self) -> _Heartbeat:
+    def start(self) -> _Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
 
 
-def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name: str, *,
+def push_bundle(open_meta: Callable[[], MetadataStore], blobs: BlobStore, bundle: BundleFile, name: str, *,
                 aliases: Sequence[str] = (), lineage: Sequence[LineageEdge] = (),
                 signatures: Sequence[Mapping[str, Any]] = (), environment: Mapping[str, Any] | None = None,
                 progress: ProgressFn | None = None, vetted_dir: str | os.PathLike | None = None) -> PushResult:
     """Upload every blob of ``bundle``, then record the version (steps 1-4 above). ``name`` and
     ``aliases`` are validated by the caller; ``signatures`` are added to the bundle's own.
-    ``vetted_dir``: this machine's vetting verdicts (see above), read only."""
+    ``open_meta`` opens the metadata store, once: a store that writes through temp files
+    (``writes_packs``, a local directory) is already copying the large chunks by then, into
+    files no one sees before the claim (``put_parts_held``), so the database's opening (and a
+    command's import of it) runs under the copy. ``vetted_dir``: this machine's vetting
+    verdicts (see above), read only."""
     manifest = bundle.manifest
     sigs = check_signature_entries(manifest.digest, [*bundle.signatures, *signatures])
     # torch will only ever read what the loader can vet. A member skipped on a verdict is
     # covered by the chunk verification of upload_plan below (the module docstring says why)
     check_bundle_programs(bundle, vetted_dir=vetted_dir)
     progress = locked_progress(progress)
-    # A local store names new packs in the pass that writes them (one read and hash of their
-    # chunks fewer), and the claim grows as the push learns what it stores: the large chunks
-    # go up while the rest is planned. Other stores get packs hashed first, every name claimed
-    # before anything is uploaded.
-    one_pass = blobs.writes_packs and meta.extends_claims   # declared by each store's class
-    if one_pass:
-        plan, parts = None, bundle_parts(bundle)
-        early = parts[0]
-        first = {p.digest for p in early}
-        # the new packs' temp files are named by a digest no blob has, claimed with the rest
-        tag: str | None = "sha256:" + secrets.token_hex(32)
-    else:
-        plan = plan_upload(bundle, meta, blobs, name)
-        first, tag = {d for d, _ in plan.blobs()}, None
-    pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
-                                 host=hostname(), pid=os.getpid(), name=name)
+    parts = bundle_parts(bundle)
+    early = parts[0] if blobs.writes_packs else []
+    claimed: Future[None] = Future()   # set once the claim holds: the early copies may then be seen
+    meta: MetadataStore | None = None
+    pending: int | None = None
+    heartbeat: _Heartbeat | None = None
     named: list[UploadPlan] = []   # the plan with its new packs named (``claim``)
     job: Background | None = None
 
     def claim_more(digests: Collection[str]) -> None:
+        assert meta is not None and pending is not None
         if digests and not meta.extend_pending(pending, sorted(digests)):
             raise ConflictError(f"push of {name} lost its pending-push claim while uploading: gc reaped it "
                                 f"because the push stalled past its heartbeat; nothing was recorded",
@@ -147,6 +148,7 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
     def unrecorded(digests: set[str]) -> set[str]:
         """Blobs no version records are (nearly always) not stored: uploaded without asking the
         store first (a HEAD per chunk on S3); a leftover copy is replaced, same bytes."""
+        assert meta is not None
         recorded = meta.recorded_blobs(sorted(digests))
         return set() if recorded is None else digests - recorded
 
@@ -155,41 +157,72 @@ def push_bundle(meta: MetadataStore, blobs: BlobStore, bundle: BundleFile, name:
         present = run_parallel(blobs.exists, digests, 8) if digests else []
         return [d for d, ok in zip(digests, present) if not ok]
 
-    try:
-        with _Heartbeat(meta, pending):
-            if plan is None:
-                new = unrecorded(first)
-                with Background(lambda report: blobs.put_parts(bundle.path, early, progress=report,
-                                                               unrecorded=new), progress) as job:
-                    def reported(n: int) -> None:   # the upload stops as soon as the large chunks failed
-                        job.check()
-                        if progress is not None:
-                            progress(n)
+    def copy_early(report: ProgressFn) -> tuple[int, int]:
+        if not early:
+            return 0, 0
+        return as_pack_writer(blobs).put_parts_held(bundle.path, early, claimed=claimed.result, progress=report)
 
-                    plan = plan_upload(bundle, meta, blobs, name, hash_packs=False, parts=parts)
-                    rest = {d for d, _ in plan.blobs()} - first
-                    job.check()
-                    claim_more(rest)
-                    later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in first])
-                    uploaded, skipped = upload_plan(bundle, later, blobs, reported, unrecorded=unrecorded(rest),
-                                                    tag=tag, claim=claim)
-                done_early = job.result()
-                uploaded, skipped = uploaded + done_early[0], skipped + done_early[1]
+    def unclaimed() -> None:   # the push failed before its claim: what was copied is discarded
+        claimed.cancel()
+
+    try:
+        with Background(copy_early, progress, on_stop=unclaimed) as job:   # the large chunks start now
+            meta = open_meta()
+            # A store that names new packs in the pass that writes them, over a metadata store
+            # that extends claims, claims as the push learns what it stores: the large chunks
+            # and a random tag that names the new packs' temp files first, then the planned
+            # blobs, then each new pack by name (one read and hash of their chunks fewer).
+            # Otherwise every blob is planned (packs hashed first) and claimed at once.
+            one_pass = blobs.writes_packs and meta.extends_claims   # declared by each store's class
+            plan: UploadPlan | None = None if one_pass else plan_upload(bundle, meta, blobs, name, parts=parts)
+            first = {p.digest for p in early} | ({d for d, _ in plan.blobs()} if plan is not None else set())
+            tag = "sha256:" + secrets.token_hex(32) if one_pass else None
+            pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
+                                         host=hostname(), pid=os.getpid(), name=name)
+            try:
+                claimed.set_result(None)
+            except InvalidStateError:   # cancelled: the copies failed meanwhile (their error is raised)
+                job.check()
+                raise
+            heartbeat = _Heartbeat(meta, pending).start()
+
+            def reported(n: int) -> None:   # the upload stops as soon as the large chunks failed
+                job.check()
+                if progress is not None:
+                    progress(n)
+
+            done_early = {p.digest for p in early}
+            if plan is None:
+                plan = plan_upload(bundle, meta, blobs, name, hash_packs=False, parts=parts)
+                rest = {d for d, _ in plan.blobs()} - first
+                job.check()
+                claim_more(rest)
+                later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in done_early])
+                uploaded, skipped = upload_plan(bundle, later, blobs, reported, unrecorded=unrecorded(rest),
+                                                tag=tag, claim=claim)
             else:
-                uploaded, skipped = upload_plan(bundle, plan, blobs, progress, unrecorded=unrecorded(first))
-            if plan.groups:
-                plan = named[0]
-            stored = plan.blobs()
-            blobs.put_bytes(manifest.canonical, manifest.digest)
-            request = PublishRequest(
-                name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
-                stored + [(manifest.digest, len(manifest.canonical))],
-                aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
-                lineage=list(lineage), signatures=sigs, environment=environment, claim=pending,
-                packs=plan.index if plan.index else None)
-            version, created = meta.publish(request, actor=actor(), host=hostname(), missing_blobs=missing_blobs)
+                later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in done_early])
+                uploaded, skipped = upload_plan(bundle, later, blobs, reported,
+                                                unrecorded=unrecorded(first - done_early))
+        up_early, skipped_early = job.result()
+        uploaded, skipped = uploaded + up_early, skipped + skipped_early
+        if plan.groups:
+            plan = named[0]
+        stored = plan.blobs()
+        blobs.put_bytes(manifest.canonical, manifest.digest)
+        request = PublishRequest(
+            name, manifest.digest, manifest.canonical.decode("utf-8"), manifest.total_size,
+            stored + [(manifest.digest, len(manifest.canonical))],
+            aliases=list(aliases), metadata=dict(manifest.metadata), build=bundle.build,
+            lineage=list(lineage), signatures=sigs, environment=environment, claim=pending,
+            packs=plan.index if plan.index else None)
+        version, created = meta.publish(request, actor=actor(), host=hostname(), missing_blobs=missing_blobs)
     finally:
-        meta.end_pending(pending)
+        if heartbeat is not None:
+            heartbeat.stop()
+        if pending is not None:
+            assert meta is not None
+            meta.end_pending(pending)
     warnings = () if created else (f"identical content is already {version.name}@{version.number}; "
                                    f"no new version was created",)
     return PushResult(version, created, uploaded, skipped, warnings)

@@ -234,7 +234,9 @@ class Background(TaskPool):
     one task. ``progress`` raises ``CancelledError`` once the block failed (or the wait at its
     end was interrupted), so the block's exit does not wait for the rest of a large upload;
     ``check()`` in the block raises the work's error as soon as it failed, the exit raises it
-    otherwise; ``result()`` after the block: what ``work`` returned.
+    otherwise; ``result()`` after the block: what ``work`` returned. ``on_stop``: as
+    ``TaskPool``'s, called once when the block or the work failed (to wake a work that waits
+    on the block, say).
 
     >>> with Background(lambda progress: 6 * 7, None) as job:
     ...     pass
@@ -242,8 +244,9 @@ class Background(TaskPool):
     42
     """
 
-    def __init__(self, work: Callable[[Callable[[int], None]], R], progress: Callable[[int], None] | None) -> None:
-        super().__init__(1, progress)
+    def __init__(self, work: Callable[[Callable[[int], None]], R], progress: Callable[[int], None] | None, *,
+                 on_stop: Callable[[], None] | None = None) -> None:
+        super().__init__(1, progress, on_stop=on_stop)
         self._work = work
         self._value: list[R] = []
 

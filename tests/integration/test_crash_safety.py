@@ -99,8 +99,9 @@ class Inspector:
         for path in sorted(p for p in self.root.rglob("*") if p.is_file()):
             rel = path.relative_to(self.root).as_posix()
             parts = rel.split("/")
-            if parts[0] == "tmp" and len(parts) == 2:
-                digest = "sha256:" + parts[1].split(".", 1)[0]
+            # a temp file: an upload's, or one of a push that had not claimed it (tmp/held-*/)
+            if parts[0] == "tmp" and (len(parts) == 2 or (len(parts) == 3 and parts[1].startswith("held-"))):
+                digest = "sha256:" + parts[-1].split(".", 1)[0]
                 out.leftovers[digest] = out.leftovers.get(digest, 0) + 1
             elif len(parts) == 4 and parts[:2] == ["blobs", "sha256"] and parts[2] == parts[3][:2]:
                 out.blobs["sha256:" + parts[3]] = path.stat().st_size

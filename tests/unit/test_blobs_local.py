@@ -480,6 +480,108 @@ class TestLocalSpecifics:
         assert list(store.list()) == []
         assert list((tmp_path / "store" / "tmp").iterdir()) == []
 
+    def _held_source(self, tmp_path, n=3):
+        pieces = [os.urandom(MiB + 17 * i) for i in range(n)]
+        src = tmp_path / "src.bin"
+        src.write_bytes(b"".join(pieces))
+        parts, at = [], 0
+        for piece in pieces:
+            parts.append(Part(blob(piece)[1], at, len(piece)))
+            at += len(piece)
+        return src, pieces, parts
+
+    def test_put_parts_held_shows_nothing_before_the_claim_and_gc_spares_it(self, tmp_path, monkeypatch):
+        """Copied before the caller's claim: while ``claimed`` has not returned, no blob is
+        visible (each copy was made durable with a batch of one, and kept back), every copy
+        lies in a locked ``tmp/held-*`` directory, and gc (no grace, no claims) leaves that
+        directory alone; once it returns, every blob is stored and ``tmp/`` is empty."""
+        import registry.blobs.local as local
+        from tests.until import wait_until
+
+        monkeypatch.setattr(local, "COMMIT_BLOBS", 1)   # a batch is due with every file
+        committers = []
+        init = local._Committer.__init__
+
+        def recorded(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            committers.append(self)
+        monkeypatch.setattr(local._Committer, "__init__", recorded)
+        store = LocalBlobStore(tmp_path / "store")
+        src, pieces, parts = self._held_source(tmp_path)
+        digests = [p.digest for p in parts]
+        seen = {}
+
+        def claimed():
+            tmp = tmp_path / "store" / "tmp"
+            # every copy synced and kept back (or, were it not held, renamed in)
+            wait_until(lambda: len(committers[0]._synced_held) == len(parts) or any(map(store.exists, digests)),
+                       "the copies synced")
+            seen["visible"] = [p.digest for p in parts if store.exists(p.digest)]
+            seen["held"] = sorted(f.name.split(".", 1)[0] for d in tmp.iterdir() for f in d.iterdir())
+            seen["gc"] = store.abort_stale_uploads(0)
+            seen["after gc"] = sorted(f.name.split(".", 1)[0] for d in tmp.iterdir() for f in d.iterdir())
+        progress = []
+        written, stored = store.put_parts_held(src, parts, claimed=claimed, progress=progress.append)
+        assert seen["visible"] == [] and seen["gc"] == []
+        assert seen["held"] == seen["after gc"] == sorted(p.digest[7:] for p in parts)
+        assert (written, stored) == (sum(map(len, pieces)), 0) and sum(progress) == written
+        for part, piece in zip(parts, pieces):
+            assert store.read_bytes(part.digest, max_size=part.size) == piece
+        assert list((tmp_path / "store" / "tmp").iterdir()) == []
+
+    def test_put_parts_held_without_a_claim_keeps_nothing(self, tmp_path):
+        from concurrent.futures import CancelledError
+
+        store = LocalBlobStore(tmp_path / "store")
+        src, _pieces, parts = self._held_source(tmp_path)
+
+        def claimed():
+            raise CancelledError("the push claimed nothing")
+        with pytest.raises(CancelledError):
+            store.put_parts_held(src, parts, claimed=claimed)
+        assert list(store.list()) == []
+        assert list((tmp_path / "store" / "tmp").iterdir()) == []
+
+    def test_put_parts_held_writes_again_a_blob_deleted_before_the_claim(self, tmp_path):
+        """A blob found stored is not copied; gc deleting it before the claim (it was nobody's
+        yet) makes the put write it after the claim, counted as written."""
+        store = LocalBlobStore(tmp_path / "store")
+        src, pieces, parts = self._held_source(tmp_path)
+        store.put_bytes(pieces[1], parts[1].digest)
+
+        def claimed():
+            store.delete(parts[1].digest)
+        written, stored = store.put_parts_held(src, parts, claimed=claimed)
+        assert (written, stored) == (sum(map(len, pieces)), 0)
+        assert store.read_bytes(parts[1].digest, max_size=parts[1].size) == pieces[1]
+
+    def test_gc_removes_a_held_directory_once_its_writer_is_dead(self, tmp_path):
+        """A writer killed (SIGKILL) while it held copies it had not claimed: its lock died
+        with it, so gc removes the copies and the directory; a directory still being made
+        (``.held-*``, not yet locked) is spared for a minute, then removed too."""
+        store_dir = tmp_path / "store"
+        digest = blob(b"never claimed")[1]
+        code = ("import os, signal, sys\n"
+                "from registry.blobs import LocalBlobStore\n"
+                "with LocalBlobStore(sys.argv[1])._held_dir() as d:\n"
+                "    (d / (sys.argv[2] + '.x.tmp')).write_bytes(b'half')\n"
+                "    os.kill(os.getpid(), signal.SIGKILL)\n")
+        done = subprocess.run([sys.executable, "-c", code, str(store_dir), digest[7:]])
+        assert done.returncode == -9
+        tmp = store_dir / "tmp"
+        (held,) = tmp.iterdir()
+        assert held.name.startswith("held-") and len(list(held.iterdir())) == 1
+        young, old = tmp / ".held-0123456789abcdef", tmp / ".held-fedcba9876543210"
+        young.mkdir()
+        old.mkdir()
+        os.utime(old, (time.time() - 120, time.time() - 120))
+        store = LocalBlobStore(store_dir)
+        assert store.abort_stale_uploads(3600) == []               # its copy is too young to judge
+        assert store.abort_stale_uploads(0, dry_run=True) == [digest]
+        assert held.exists()
+        assert store.abort_stale_uploads(0) == [digest]
+        assert sorted(p.name for p in tmp.iterdir()) == [young.name]
+
     def test_held_files_are_synced_with_their_batch_but_renamed_only_once_released(self, tmp_path, monkeypatch):
         """The committer makes a held file durable with the batch it came in (its sync overlaps
         the copies still running) and renames it only after ``release``; one never released is
