@@ -5,8 +5,10 @@ The program is bench_scale's "big" (``_scale_models.py``: ~2 GiB of fp32 in ~1,0
 300 MiB table; generated once and cached), bundled and pushed into a local pt2reg registry
 beforehand, and written as an OCI image layout (``pt2reg oci export``: the very blobs a push
 sends). Side by side, the order rotated every repetition, medians of ``--reps``; every case a
-whole command (a process: interpreter, imports and all), its input files read once before it
-(``warm_files``) and the disk flushed after it (``quiesce``):
+whole command (a process: interpreter, imports and all), its input files and the code of our
+side and skopeo's binary read once before it (``warm_files``, ``warm_code``: DAMON pages a
+virtualenv out ~20 s after its last use on these machines) and the disk flushed after it
+(``quiesce``):
 
 push   ``pt2reg oci push bench@1 HOST/m:v1`` into an empty registry (a fresh CNCF distribution
        server per case and repetition, untimed start) vs ``skopeo copy oci:LAYOUT:v1
@@ -37,9 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _scale_models as sm  # noqa: E402
-from _common import OUT, Row, median, quiesce, report, scratch, warm_files  # noqa: E402
+from _common import CODE, OUT, Row, median, quiesce, report, scratch, warm_code, warm_files  # noqa: E402
 
 PT2REG = str(Path(sys.executable).with_name("pt2reg"))
+#: beyond ``CODE``: the OCI client's HTTP stack
+OCI_CODE = ("httpx", "httpcore", "h11", "anyio", "sniffio", "certifi", "idna")
 
 
 def parse() -> argparse.Namespace:
@@ -77,6 +81,9 @@ def timed_case(setup: Callable[[], contextlib.AbstractContextManager[Callable[[]
     stopped, its storage removed); inputs read first, the disk flushed after."""
     with setup() as go:
         warm_files(*inputs)
+        warm_code(*CODE, *OCI_CODE)
+        skopeo = shutil.which("skopeo")
+        warm_files(*([Path(skopeo)] if skopeo else []))
         t0 = time.perf_counter()
         go()
         took = time.perf_counter() - t0
