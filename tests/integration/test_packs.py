@@ -326,11 +326,17 @@ def local_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _store_files(home: Path) -> tuple[dict[str, Path], list[str]]:
-    """The local store's blobs (digest -> file) and its temp file names."""
+    """The local store's blobs (digest -> file) and its temp file names (those in ``tmp/`` and
+    in its ``held-*`` directories, of blobs copied before their claim: they may still be there)."""
     root = home / "store"
     blobs = {"sha256:" + p.name: p for p in (root / "blobs").rglob("*") if p.is_file()}
-    tmp = sorted(p.name for p in (root / "tmp").glob("*")) if (root / "tmp").is_dir() else []
-    return blobs, tmp
+    tmp = []
+    for entry in sorted((root / "tmp").glob("*")) if (root / "tmp").is_dir() else []:
+        try:
+            tmp += [entry.name] if entry.is_file() else [p.name for p in entry.iterdir()]
+        except FileNotFoundError:   # a held directory removed meanwhile
+            pass
+    return blobs, sorted(tmp)
 
 
 def test_a_local_push_checks_each_small_chunk_once_and_claims_its_packs_before_they_show(
