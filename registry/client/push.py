@@ -175,7 +175,8 @@ def push_bundle(open_meta: Callable[[], MetadataStore], blobs: BlobStore, bundle
             # Otherwise every blob is planned (packs hashed first) and claimed at once.
             one_pass = blobs.writes_packs and meta.extends_claims   # declared by each store's class
             plan: UploadPlan | None = None if one_pass else plan_upload(bundle, meta, blobs, name, parts=parts)
-            first = {p.digest for p in early} | ({d for d, _ in plan.blobs()} if plan is not None else set())
+            copied = {p.digest for p in early}   # by ``copy_early``, whatever the plan
+            first = copied | ({d for d, _ in plan.blobs()} if plan is not None else set())
             tag = "sha256:" + secrets.token_hex(32) if one_pass else None
             pending = meta.begin_pending(sorted(first | {manifest.digest} | ({tag} if tag else set())),
                                          host=hostname(), pid=os.getpid(), name=name)
@@ -191,19 +192,16 @@ def push_bundle(open_meta: Callable[[], MetadataStore], blobs: BlobStore, bundle
                 if progress is not None:
                     progress(n)
 
-            done_early = {p.digest for p in early}
             if plan is None:
                 plan = plan_upload(bundle, meta, blobs, name, hash_packs=False, parts=parts)
                 rest = {d for d, _ in plan.blobs()} - first
                 job.check()
                 claim_more(rest)
-                later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in done_early])
-                uploaded, skipped = upload_plan(bundle, later, blobs, reported, unrecorded=unrecorded(rest),
-                                                tag=tag, claim=claim)
+                new = unrecorded(rest)
             else:
-                later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in done_early])
-                uploaded, skipped = upload_plan(bundle, later, blobs, reported,
-                                                unrecorded=unrecorded(first - done_early))
+                new = unrecorded(first - copied)
+            later = dataclasses.replace(plan, whole=[p for p in plan.whole if p.digest not in copied])
+            uploaded, skipped = upload_plan(bundle, later, blobs, reported, unrecorded=new, tag=tag, claim=claim)
         up_early, skipped_early = job.result()
         uploaded, skipped = uploaded + up_early, skipped + skipped_early
         if plan.groups:

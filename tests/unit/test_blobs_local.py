@@ -29,6 +29,16 @@ def blob(data: bytes) -> tuple[bytes, str]:
     return data, "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def ranges_file(src: Path, pieces: list[bytes], header: bytes = b"") -> list[Part]:
+    """``src`` written as ``header`` and then ``pieces`` back to back; the ``Part`` of each piece."""
+    src.write_bytes(header + b"".join(pieces))
+    parts, at = [], len(header)
+    for piece in pieces:
+        parts.append(Part(blob(piece)[1], at, len(piece)))
+        at += len(piece)
+    return parts
+
+
 def relpath(digest: str) -> str:
     return f"blobs/sha256/{digest[7:9]}/{digest[7:]}"
 
@@ -191,14 +201,8 @@ class BlobStoreContract:
         """A file of five ranges: a big one, small ones, an empty one, and a repeat."""
         pieces = [os.urandom(self.big_size), os.urandom(5000), b"", os.urandom(70_000)]
         pieces.append(pieces[1])
-        body = b"".join(pieces)
         src = tmp_path / "batch"
-        src.write_bytes(b"#" * 33 + body)
-        parts, offset = [], 33
-        for piece in pieces:
-            parts.append(Part(blob(piece)[1], offset, len(piece)))
-            offset += len(piece)
-        return src, pieces, parts
+        return src, pieces, ranges_file(src, pieces, b"#" * 33)
 
     def test_put_parts_stores_each_blob_once_and_counts_bytes(self, store, tmp_path):
         src, pieces, parts = self._batch(tmp_path)
@@ -426,12 +430,7 @@ class TestLocalSpecifics:
         """A file of 40 small pieces back to back (after a 7-byte header) and two groups of them."""
         pieces = [os.urandom(100 + 37 * i) for i in range(40)]
         src = tmp_path / "src.bin"
-        src.write_bytes(b"header!" + b"".join(pieces))
-        parts, at = [], 7
-        for piece in pieces:
-            parts.append(Part(blob(piece)[1], at, len(piece)))
-            at += len(piece)
-        return src, pieces, parts
+        return src, pieces, ranges_file(src, pieces, b"header!")
 
     def test_put_packs_names_each_pack_by_its_bytes_and_claims_it_before_showing_it(self, tmp_path):
         """Each group becomes one blob named by the sha256 of its pieces one after the other
@@ -483,12 +482,7 @@ class TestLocalSpecifics:
     def _held_source(self, tmp_path, n=3):
         pieces = [os.urandom(MiB + 17 * i) for i in range(n)]
         src = tmp_path / "src.bin"
-        src.write_bytes(b"".join(pieces))
-        parts, at = [], 0
-        for piece in pieces:
-            parts.append(Part(blob(piece)[1], at, len(piece)))
-            at += len(piece)
-        return src, pieces, parts
+        return src, pieces, ranges_file(src, pieces)
 
     def test_put_parts_held_shows_nothing_before_the_claim_and_gc_spares_it(self, tmp_path, monkeypatch):
         """Copied before the caller's claim: while ``claimed`` has not returned, no blob is
