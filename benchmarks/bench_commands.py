@@ -11,7 +11,8 @@ A family of programs (``torch.export``, generated once in a child process and ca
 
 For each, side by side in one run (interleaved, the order rotated every repetition, the inputs
 read into the page cache before each case, and the code of both sides too, ``warm_code``;
-``sync`` between cases), medians of ``--reps``:
+the run's other files evicted from it, ``drop_cached``; ``sync`` between cases), medians of
+``--reps``:
 
 whole      ``pt2reg bundle P.pt2 -o B.pt2b`` from a home that bundled with this torch before (its
            cache knows the schemas of the program's operators: no ``import torch``; the first
@@ -51,8 +52,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import CODE, OUT, PT2REG, PYTHON, REPO, S3_CODE, MiB, Row, machine, median, report, run, scratch, \
-    seaweed, side_by_side, warm_code, warm_files
+from _common import CODE, OUT, PT2REG, PYTHON, REPO, S3_CODE, MiB, Row, drop_cached, machine, median, report, run, \
+    scratch, seaweed, side_by_side, warm_code, warm_files
 
 SHAPES = ("large", "small", "mixed")
 KiB = 1024
@@ -194,7 +195,12 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
                 # knowledge, not the program's; the first bundle with a torch imports it, +1.2 s)
                 shutil.rmtree(work / "bundler" / "cache" / "vetted-programs", ignore_errors=True)
                 shutil.rmtree(work / "cache", ignore_errors=True)
-            warm_files(pt2 if op == "bundle" else bundle)
+            os.sync()
+            # the case's input (a pull's: the store it pulls from, and the bundle cp copies) and
+            # code in the page cache; the run's other files out of it (``drop_cached``)
+            inputs = [pt2] if op == "bundle" else [bundle, pulled] if op == "pull" else [bundle]
+            drop_cached(work, OUT / "models-shapes", keep=inputs)
+            warm_files(*inputs)
             warm_code(*CODE)
             os.sync()
         return go
@@ -287,6 +293,8 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
                 homes["raw"] = [b, "raw.pt2b"]
             else:
                 shutil.rmtree(pulled / "cache", ignore_errors=True)
+            os.sync()
+            drop_cached(work, keep=[bundle])
             warm_files(bundle)
             warm_code(*CODE, *S3_CODE)
             os.sync()

@@ -103,3 +103,33 @@ def test_bench_server_rounds_always_have_data_points(mode, tmp_path):
         assert len(got["ms"]) >= 3 * bench_server.MIN_REQUESTS
     assert all(ms >= 50 for ms in got["ms"]) and got["rps"] > 0
     assert bench_server.quantile(got["ms"], 0.99) >= bench_server.quantile(got["ms"], 0.5)
+
+
+def test_drop_cached_evicts_all_but_the_kept_inputs(tmp_path, monkeypatch):
+    """bench_commands evicts the run's own files before each case but the case's input
+    (``_common.drop_cached``): every file under the roots is advised DONTNEED once, except those
+    at or under a kept path (a file, or a directory such as a pull's store)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    (tmp_path / "work" / "pull-home" / "store" / "ab").mkdir(parents=True)
+    (tmp_path / "models").mkdir()
+    files = {"work/bundle.pt2b": 5, "work/vetted.pt2b": 7, "work/pull-home/registry.db": 3,
+             "work/pull-home/store/ab/blob": 11, "models/program.pt2": 13}
+    for name, size in files.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    advised = []
+    real = os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    dropped = _common.drop_cached(tmp_path / "work", tmp_path / "models",
+                                  keep=[tmp_path / "work" / "bundle.pt2b", tmp_path / "work" / "pull-home" / "store"])
+    assert sorted(advised) == sorted((str((tmp_path / n).resolve()), os.POSIX_FADV_DONTNEED)
+                                     for n in ("work/vetted.pt2b", "work/pull-home/registry.db", "models/program.pt2"))
+    assert dropped == 7 + 3 + 13
