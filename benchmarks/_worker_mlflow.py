@@ -22,9 +22,8 @@ import warnings
 from pathlib import Path
 
 import mlflow
-from mlflow import MlflowClient
-
 from _proc import peak_mib, serve
+from mlflow import MlflowClient
 
 warnings.filterwarnings("ignore")
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 
-import registry.format.bundle  # noqa: F401
+from _proc import peak_mib, serve, shared_mode
+
 import registry.blobs.local  # noqa: F401
 import registry.blobs.s3  # noqa: F401  (boto3, s3transfer)
 import registry.client.api  # noqa: F401
+import registry.format.bundle  # noqa: F401
 import registry.store  # noqa: F401  (sqlalchemy, alembic)
-from _proc import peak_mib, serve, shared_mode
 
 
 def do(mode: str, cfg: dict) -> dict:

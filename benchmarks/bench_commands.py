@@ -49,11 +49,30 @@ import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from _common import CODE, OUT, PT2REG, PYTHON, REPO, S3_CODE, MiB, Row, drop_cached, machine, median, report, run, \
-    scratch, seaweed, side_by_side, warm_code, warm_files
+from _common import (
+    CODE,
+    OUT,
+    PT2REG,
+    PYTHON,
+    REPO,
+    S3_CODE,
+    MiB,
+    Row,
+    drop_cached,
+    machine,
+    median,
+    report,
+    run,
+    scratch,
+    seaweed,
+    side_by_side,
+    warm_code,
+    warm_files,
+)
 
 SHAPES = ("large", "small", "mixed")
 KiB = 1024
@@ -359,11 +378,11 @@ def measure(shape: str, size: float, reps: int, work: Path, tiny: Path, s3: Any 
     for op, c in ops.items():
         said: dict[str, Any] = {}
 
-        def whole_ours(c: dict = c) -> None:
+        def whole_ours(c: dict = c, said: dict = said) -> None:
             said["ours"] = c["ours"]()
             run(said["ours"], env=c.get("env"))
 
-        def whole_raw(c: dict = c) -> None:
+        def whole_raw(c: dict = c, said: dict = said) -> None:
             said["raw"] = c["raw"]()
             for cmd in said["raw"]:
                 run(cmd, env=c.get("env"))

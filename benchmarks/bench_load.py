@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 import torch
+from _common import Row, median, models, parse_args, registry, report, scratch, set_registry_env, side_by_side
 
 import registry as reg_pkg
-from _common import Row, median, models, parse_args, registry, report, scratch, set_registry_env, side_by_side
 
 
 def main() -> None:

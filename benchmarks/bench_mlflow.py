@@ -29,8 +29,22 @@ import time
 import zipfile
 from pathlib import Path
 
-from _common import (BENCH, PT2REG, PYTHON, REPO, Row, median, models, parse_args, registry, report, run,
-                     scratch, seaweed, tree_bytes)
+from _common import (
+    BENCH,
+    PT2REG,
+    PYTHON,
+    REPO,
+    Row,
+    median,
+    models,
+    parse_args,
+    registry,
+    report,
+    run,
+    scratch,
+    seaweed,
+    tree_bytes,
+)
 
 VENV = BENCH / ".venv-mlflow"
 MLFLOW_PY = str(VENV / "bin" / "python")

@@ -18,8 +18,21 @@ from __future__ import annotations
 import hashlib
 import shutil
 
-from _common import (PT2REG, MiB, Row, median, models, parse_args, registry, report, run, scratch,
-                     side_by_side, timed, tree_bytes)
+from _common import (
+    PT2REG,
+    MiB,
+    Row,
+    median,
+    models,
+    parse_args,
+    registry,
+    report,
+    run,
+    scratch,
+    side_by_side,
+    timed,
+    tree_bytes,
+)
 
 
 def push_vs_cp(ms, reps: int, work) -> tuple[Row, Row, dict]:

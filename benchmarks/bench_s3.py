@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from _common import (Row, median, models, parse_args, registry, report, scratch, seaweed,
-                     set_registry_env, side_by_side)
+from _common import Row, median, models, parse_args, registry, report, scratch, seaweed, set_registry_env, side_by_side
 
 
 def main() -> None:

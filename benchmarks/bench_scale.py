@@ -54,14 +54,29 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import _scale_models as sm
-from _common import BENCH, OUT, PYTHON, Row, fmt, median, quiesce, report, run, scratch, seaweed, side_by_side, \
-    tree_bytes, warm_files
+from _common import (
+    BENCH,
+    OUT,
+    PYTHON,
+    Row,
+    fmt,
+    median,
+    quiesce,
+    report,
+    run,
+    scratch,
+    seaweed,
+    side_by_side,
+    tree_bytes,
+    warm_files,
+)
 
 PARTS = ("local", "s3", "load", "rss", "growth")
 WORKER = str(BENCH / "_scale_worker.py")
@@ -398,9 +413,9 @@ def part_rss(p: Program, reps: int, db: str, keys: tuple[Path, Path], server: An
             "baseline-torch": lambda: worker("baseline-torch", home=work / "rss-base"),
             "bundle": lambda: worker("bundle", home=work / "rss-base", pt2=p.pt2, out=work / "rss.pt2b",
                                      cache=work / "rss-bundle-cache"),
-            "push, local": lambda: worker("push", home=work / "rss-push-home", db=db,
-                                          store=f"file://{work / 'rss-push-store'}", bundle=p.bundle,
-                                          name=f"rss-{p.name}-{rep}"),
+            "push, local": lambda rep=rep: worker("push", home=work / "rss-push-home", db=db,
+                                                  store=f"file://{work / 'rss-push-store'}", bundle=p.bundle,
+                                                  name=f"rss-{p.name}-{rep}"),
             "pull, local": lambda: worker("pull", home=home, db=db, store=store, ref=ref,
                                           cache=work / "rss-pull-cache"),
             "load, cold, signed": lambda: worker("load", home=load_home, ref=signed,
@@ -410,11 +425,12 @@ def part_rss(p: Program, reps: int, db: str, keys: tuple[Path, Path], server: An
         if s3 is not None:
             bucket, s3_store, s3_ref = s3
             fresh = server.new_bucket()
-            tasks["push, s3"] = lambda: worker("push", home=work / "rss-s3-push-home", db=db,
-                                               store=f"s3://{fresh}/reg", bundle=p.bundle,
-                                               name=f"rss-s3-{p.name}-{rep}")
-            tasks["pull, s3"] = lambda: worker("pull", home=work / "s3-pub-home", db=db, store=s3_store,
-                                               ref=s3_ref, cache=work / "rss-s3-pull-cache")
+            tasks["push, s3"] = lambda fresh=fresh, rep=rep: worker(
+                "push", home=work / "rss-s3-push-home", db=db, store=f"s3://{fresh}/reg", bundle=p.bundle,
+                name=f"rss-s3-{p.name}-{rep}")
+            tasks["pull, s3"] = lambda s3_store=s3_store, s3_ref=s3_ref: worker(
+                "pull", home=work / "s3-pub-home", db=db, store=s3_store, ref=s3_ref,
+                cache=work / "rss-s3-pull-cache")
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # each its own process: peaks are independent
             futures = {k: pool.submit(fn) for k, fn in tasks.items()}
             for k, f in futures.items():
@@ -671,7 +687,7 @@ def scaling_rows(small: Program, big: Program, results: dict[str, dict[str, Any]
         if part not in results[small.name] or part not in results[big.name]:
             continue
 
-        def per_gib(p: Program, case: str) -> float:
+        def per_gib(p: Program, case: str, part: str = part) -> float:
             return median(results[p.name][part][case]) / (p.size / GiB)
         o_s, o_b, r_s, r_b = per_gib(small, ours), per_gib(big, ours), per_gib(small, raw), per_gib(big, raw)
         rows.append(Row(f"scaling, {label}: s/GiB at {small.size / MiB:,.0f} MiB x "
@@ -741,11 +757,11 @@ def main() -> None:
                 res = results[n]
                 res["program"] = {**p.files.info, "pt2_bytes": p.size, "bundle_bytes": p.bundle.stat().st_size}
                 parts: dict[str, Callable[[], Any]] = {
-                    "local": lambda: part_local(p, args.reps, db, warm),
-                    "s3": lambda: part_s3(p, args.reps, server, db, warm),
-                    "load": lambda: part_load(p, args.reps, keys, warm),
-                    "rss": lambda: part_rss(p, args.rss_reps, db, keys, server, 2 if args.quick else 1),
-                    "growth": lambda: part_growth(p)}
+                    "local": lambda p=p: part_local(p, args.reps, db, warm),
+                    "s3": lambda p=p: part_s3(p, args.reps, server, db, warm),
+                    "load": lambda p=p: part_load(p, args.reps, keys, warm),
+                    "rss": lambda p=p: part_rss(p, args.rss_reps, db, keys, server, 2 if args.quick else 1),
+                    "growth": lambda p=p: part_growth(p)}
                 for part in args.parts:
                     if args.quick and len(names) == 2 and n == "many" and part in ("load", "rss"):
                         continue  # the smoke test: the same code paths ran on "big" already

@@ -55,8 +55,9 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from _common import BENCH, PT2REG, PYTHON, Row, median, models, postgres, report, scratch, seaweed
 
@@ -602,8 +603,9 @@ def main() -> None:
                       "mlflow": "postgresql: MLflow's ORM tables (bulk insert), one model"},
         "ours_resolve": "GET /v1/resolve?ref=NAME@ALIAS with a pull-only bearer token",
         "mlflow_resolve": "GET /api/2.0/mlflow/registered-models/alias (get_model_version_by_alias)"}
-    from registry.store import make_engine, open_metadata_store, upgrade
     from bench_resolve import fill
+
+    from registry.store import make_engine, open_metadata_store, upgrade
 
     t_start = time.perf_counter()
     rows: list[Row] = []

@@ -69,7 +69,7 @@ if [ $# -gt 0 ]; then
 fi
 # lint and import order ([tool.ruff] in pyproject; 0.5 s measured, no cache)
 t0=$SECONDS status=0
-.venv/bin/ruff check --no-cache registry tests scripts || status=$?
+.venv/bin/ruff check --no-cache registry tests scripts benchmarks examples || status=$?
 tier_seconds "ruff" "$t0"
 # types ([tool.mypy] in pyproject: its strictness and its baseline); no cache kept between runs
 t0=$SECONDS
