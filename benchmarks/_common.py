@@ -164,9 +164,9 @@ def warm_files(*paths: Path) -> None:
 
 def drop_cached(*roots: Path, keep: Sequence[Path] = ()) -> int:
     """Evict from the page cache every file at or under ``roots`` but those at or under
-    ``keep`` (``posix_fadvise(DONTNEED)``, clean pages only: ``sync`` first); the bytes of the
-    files it went through. A benchmark's own leftovers (the bundles, stores and programs of its set-up and of
-    other cases) then do not sit in memory going cold while a case runs: on these machines
+    ``keep`` (``posix_fadvise(DONTNEED)``: clean pages only, so ``sync`` first); returns the
+    size of the files evicted. A benchmark's own leftovers (the bundles, stores and programs of
+    its set-up and of other cases) then do not sit in memory going cold while a case runs: on these machines
     DAMON's ``pageout`` scheme reclaims file pages idle for ~a minute, and a 2 GiB ``cp`` +
     ``sync`` took 1.6-4.5 s (spells of a minute, the same copy 1.6-1.8 s before) while 8 GiB
     of such pages were cold, and 6.3-6.9 s right after they were written; with them evicted
