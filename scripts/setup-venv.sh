@@ -4,6 +4,11 @@
 #
 #   bash scripts/setup-venv.sh             .venv            torch 2.13.0 CPU (constraints-dev.txt)
 #   bash scripts/setup-venv.sh torch2.14   .venv-torch2.14  torch 2.14.1 (constraints-torch2.14.txt)
+#   bash scripts/setup-venv.sh --torch-only torch2.14        only torch and what it requires, into
+#                                                           that venv (scripts/test.sh runs it beside
+#                                                           the first: no editable install, so the
+#                                                           two never write the same files); the
+#                                                           full call after it installs the rest
 #
 # The first is the development and CI venv: torch 2.13.0 CPU lies on local disk, so this never
 # pulls a multi-GB CUDA build. The second is the torch matrix's second tier (scripts/test.sh):
@@ -11,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+torch_only=
+if [ "${1:-}" = --torch-only ]; then torch_only=1; shift; fi
 tier=${1:-}
 if [ -z "$tier" ]; then
   venv=.venv constraints=constraints-dev.txt extra=dev
@@ -23,6 +30,12 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp=$venv/.pt2reg-installed
 want=$(cat pyproject.toml "$constraints" | sha256sum | cut -d' ' -f1)
+if [ -n "$torch_only" ]; then
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -c "$constraints" torch
+  fi
+  exit 0
+fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -c "$constraints" -e ".[$extra]"
   # pip byte-compiles on one core; compileall on every core (measured on 2 cores: 84-93 s +

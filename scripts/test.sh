@@ -34,9 +34,17 @@ SECOND_TIER=(
 )
 tier_seconds() { echo "test.sh: $1 took $(( SECONDS - $2 )) s" >&2; }
 t0=$SECONDS
-bash scripts/setup-venv.sh
+tier_torch=
 if [ -n "${TIER:-}" ] || [ $# -eq 0 ]; then
-  bash scripts/setup-venv.sh "${TIER:-$SECOND}"  # ~95 s the first time (5.5 GB from local disk), then nothing
+  # the second tier's torch (a CUDA build, 6 GB from local disk) installs beside the first venv:
+  # the two pips share the 2 cores instead of taking turns; its own failure shows in the full
+  # call below, which installs whatever is still missing
+  bash scripts/setup-venv.sh --torch-only "${TIER:-$SECOND}" & tier_torch=$!
+fi
+bash scripts/setup-venv.sh
+if [ -n "$tier_torch" ]; then
+  wait "$tier_torch" || echo "test.sh: installing the second tier's torch failed; trying again" >&2
+  bash scripts/setup-venv.sh "${TIER:-$SECOND}"  # then the rest of that venv; nothing once installed
 fi
 tier_seconds "the venvs" "$t0"
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
