@@ -170,6 +170,17 @@ def copy_fsync(src: Path, dest: Path) -> None:
         os.close(fd)
 
 
+def settle(work: Path, inputs: list[Path], code: tuple[str, ...]) -> None:
+    """Before a case (untimed): the disk flushed, the run's files that the case does not read
+    evicted from the page cache (``drop_cached``: those of ``work`` and the cached programs),
+    its ``inputs`` and the ``code`` of both sides read into it, the disk flushed again."""
+    os.sync()
+    drop_cached(work, OUT / "models-shapes", keep=inputs)
+    warm_files(*inputs)
+    warm_code(*code)
+    os.sync()
+
+
 def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[str, Any]]:
     """Per operation: the whole commands (ours, raw), the in-process callables (ours, raw), the
     input to have in the page cache, and the cleanup before each case (untimed)."""
@@ -214,14 +225,8 @@ def commands(work: Path, pt2: Path, bundle: Path, tiny: Path) -> dict[str, dict[
                 # knowledge, not the program's; the first bundle with a torch imports it, +1.2 s)
                 shutil.rmtree(work / "bundler" / "cache" / "vetted-programs", ignore_errors=True)
                 shutil.rmtree(work / "cache", ignore_errors=True)
-            os.sync()
-            # the case's input (a pull's: the store it pulls from, and the bundle cp copies) and
-            # code in the page cache; the run's other files out of it (``drop_cached``)
-            inputs = [pt2] if op == "bundle" else [bundle, pulled] if op == "pull" else [bundle]
-            drop_cached(work, OUT / "models-shapes", keep=inputs)
-            warm_files(*inputs)
-            warm_code(*CODE)
-            os.sync()
+            # a pull's input: the store it pulls from, and the bundle cp copies
+            settle(work, [pt2] if op == "bundle" else [bundle, pulled] if op == "pull" else [bundle], CODE)
         return go
 
     def registry(home: Path, db: str | None = None, store: str | None = None):
@@ -312,11 +317,7 @@ def s3_commands(work: Path, bundle: Path, tiny: Path, server: Any) -> dict[str, 
                 homes["raw"] = [b, "raw.pt2b"]
             else:
                 shutil.rmtree(pulled / "cache", ignore_errors=True)
-            os.sync()
-            drop_cached(work, keep=[bundle])
-            warm_files(bundle)
-            warm_code(*CODE, *S3_CODE)
-            os.sync()
+            settle(work, [bundle], (*CODE, *S3_CODE))
         return go
 
     def in_process(op: str) -> Callable[[], None]:
